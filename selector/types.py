@@ -189,3 +189,55 @@ class RunRecord(_Model):
     @classmethod
     def load(cls, path: str | Path) -> RunRecord:
         return cls.model_validate(json.loads(Path(path).read_text()))
+
+
+# ---- selection output (pure function of RunRecords + policy; rendered by report/) ----
+
+VerdictStatus = Literal["winner", "eligible", "rejected", "failed", "skipped"]
+
+
+class Check(_Model):
+    """One constraint applied to one variant: an accuracy floor, a memory budget, a latency limit."""
+
+    name: str  # e.g. "accuracy:arithmetic", "max_weight_gb", "latency:e2e_ms_p95@8"
+    value: float | None  # what the variant measured (None: metric missing)
+    limit: float
+    passed: bool
+    rule: str = "point"  # point | lower_bound | non_inferiority | max
+    detail: str = ""  # one line for a person: "0.45 < floor 0.60 (15.0 points short)"
+
+
+class PairedDiff(_Model):
+    """A variant minus the reference on the same items of one task."""
+
+    task: str
+    diff: float
+    ci_low: float
+    ci_high: float
+    n: int
+    flips_to_wrong: int  # reference right, variant wrong
+    flips_to_right: int  # reference wrong, variant right
+    mcnemar_p: float
+
+
+class Verdict(_Model):
+    variant: str
+    status: VerdictStatus
+    reasons: list[str] = Field(default_factory=list)  # why not the winner, one line each
+    checks: list[Check] = Field(default_factory=list)
+    objective: float | None = None  # the value ranked on (e.g. weight GB); lower is better
+    rank: int | None = None  # 1 = best among eligible
+    paired: dict[str, PairedDiff] = Field(default_factory=dict)  # task -> diff vs reference
+
+
+class Selection(_Model):
+    policy: dict[str, Any]
+    winner: str | None
+    reference: str | None  # largest size at highest precision present
+    summary: str  # the recommendation in one sentence, with its evidence
+    verdicts: list[Verdict]
+    pareto: dict[str, list[str]] = Field(default_factory=dict)  # axis -> variants on the front
+    sensitivity: list[dict[str, Any]] = Field(default_factory=list)
+    sample_size: list[dict[str, Any]] = Field(default_factory=list)
+    noise_floor: dict[str, float] = Field(default_factory=dict)  # task -> score spread at no change
+    warnings: list[str] = Field(default_factory=list)
