@@ -1,10 +1,26 @@
-"""Statistics for accuracy estimates: confidence intervals on proportions and means."""
+"""Statistics for accuracy estimates: confidence intervals on proportions and means, paired tests
+between two variants scored on the same items, and the sample sizes needed to tell two apart.
+
+Pure functions over numbers; nothing here knows about records or policies.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from scipy.stats import norm
+import numpy as np
+from scipy.stats import binom, norm
+
+# Bootstrap resamples are drawn in blocks so memory stays bounded (block rows x n items).
+_BOOTSTRAP_BLOCK_CELLS = 2_000_000
+
+
+def _z(confidence: float) -> float:
+    """Two-sided normal quantile for a confidence level in (0, 1)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    return float(norm.ppf(0.5 + confidence / 2))
 
 
 def wilson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -17,3 +33,93 @@ def wilson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def bootstrap_interval(
+    scores: Sequence[float] | np.ndarray,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval for the mean of `scores` (deterministic for a given seed).
+
+    Passing per-item differences between two variants gives the paired bootstrap of the mean
+    difference: resampling items keeps each item's pair together.
+    """
+    values = np.asarray(scores, dtype=float)
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError("bootstrap_interval needs a non-empty 1-D sequence of scores")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    _z(confidence)  # validates the level
+    n = values.size
+    if np.all(values == values[0]):  # no spread: every resample has the same mean
+        return (float(values[0]), float(values[0]))
+    rng = np.random.default_rng(seed)
+    block = max(1, _BOOTSTRAP_BLOCK_CELLS // n)
+    means = np.empty(n_resamples)
+    for start in range(0, n_resamples, block):
+        rows = min(block, n_resamples - start)
+        idx = rng.integers(0, n, size=(rows, n))
+        means[start : start + rows] = values[idx].mean(axis=1)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return (float(low), float(high))
+
+
+def newcombe_diff_interval(
+    p1: float, n1: int, p2: float, n2: int, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Interval for p1 - p2 from two independent samples (Newcombe's hybrid score method 10).
+
+    Used when two variants cannot be paired item by item; built from the two Wilson intervals,
+    so it stays inside [-1, 1] and behaves at 0 and 1 where the Wald interval does not.
+    """
+    l1, u1 = wilson_interval(p1 * n1, n1, confidence)
+    l2, u2 = wilson_interval(p2 * n2, n2, confidence)
+    d = p1 - p2
+    return (d - math.hypot(p1 - l1, u2 - p2), d + math.hypot(u1 - p1, p2 - l2))
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value: a binomial test of b successes in b + c discordant pairs.
+
+    b and c count the pairs where only one of the two variants was right. With no discordant
+    pairs there is no evidence of a difference: p = 1.
+    """
+    if b < 0 or c < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {b}, {c}")
+    m = b + c
+    if m == 0:
+        return 1.0
+    return float(min(1.0, 2.0 * binom.cdf(min(b, c), m, 0.5)))
+
+
+def two_proportion_sample_size(
+    p1: float, p2: float, confidence: float = 0.95, power: float = 0.8
+) -> float:
+    """Items per variant for a two-sided test of p1 != p2 on independent samples (no continuity
+    correction). Infinite when p1 == p2: no number of items tells them apart."""
+    delta = abs(p1 - p2)
+    if delta == 0:
+        return math.inf
+    z_a, z_b = _z(confidence), float(norm.ppf(power))
+    p_bar = (p1 + p2) / 2
+    root = z_a * math.sqrt(2 * p_bar * (1 - p_bar)) + z_b * math.sqrt(p1 * (1 - p1) + p2 * (1 - p2))
+    return root * root / (delta * delta)
+
+
+def paired_sample_size(
+    p10: float, p01: float, confidence: float = 0.95, power: float = 0.8
+) -> float:
+    """Paired items for McNemar's test to detect the observed discordance (Connor 1987).
+
+    p10: share of items only the first variant gets right; p01: only the second. Infinite when
+    they are equal (the variants disagree as often in each direction)."""
+    delta = abs(p10 - p01)
+    if delta == 0:
+        return math.inf
+    psi = p10 + p01
+    z_a, z_b = _z(confidence), float(norm.ppf(power))
+    root = z_a * math.sqrt(psi) + z_b * math.sqrt(max(psi - delta * delta, 0.0))
+    return root * root / (delta * delta)

@@ -227,6 +227,7 @@ class Verdict(_Model):
     checks: list[Check] = Field(default_factory=list)
     objective: float | None = None  # the value ranked on (e.g. weight GB); lower is better
     rank: int | None = None  # 1 = best among eligible
+    scores: dict[str, float] = Field(default_factory=dict)  # "mean" and, with policy.weights, "weighted"
     paired: dict[str, PairedDiff] = Field(default_factory=dict)  # task -> diff vs reference
 
 

@@ -1,0 +1,124 @@
+"""What surrounds the verdict: Pareto fronts, how the winner moves with the floors, and how many
+items would tell the winner from its runner-up."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from selector.config import PolicyConfig
+from selector.selection.checks import effective_floors
+from selector.selection.evidence import RIGHT_THRESHOLD, Evidence
+from selector.selection.ranking import Ranking, rank
+from selector.stats import paired_sample_size, two_proportion_sample_size
+
+ALL_FLOORS = "all floors"
+SENSITIVITY_DELTAS = (-0.02, 0.02)  # floors moved by two points either way
+
+
+def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
+    """Names not dominated on (accuracy: higher is better, cost: lower is better), cheapest first.
+
+    A point is dominated when another is at least as good on both axes and better on one."""
+    front = [
+        name for name, (acc, cost) in points.items()
+        if not any(
+            a >= acc and c <= cost and (a > acc or c < cost)
+            for other, (a, c) in points.items() if other != name
+        )
+    ]  # fmt: skip
+    return sorted(front, key=lambda n: (points[n][1], -points[n][0], n))
+
+
+def sensitivity(
+    evidence: dict[str, Evidence],
+    policy: PolicyConfig,
+    tasks: list[str],
+    reference: Evidence | None,
+    objectives: dict[str, float | None],
+    deltas: tuple[float, ...] = SENSITIVITY_DELTAS,
+) -> list[dict[str, Any]]:
+    """The winner with each floor moved by each delta, then with all floors moved together."""
+    floors = effective_floors(policy, tasks)
+    baseline = rank(evidence, policy, tasks, reference, objectives).winner
+
+    def row(task: str, delta: float, moved: PolicyConfig, floor: float | None) -> dict[str, Any]:
+        winner = rank(evidence, moved, tasks, reference, objectives).winner
+        return {"task": task, "delta": delta, "floor": floor, "winner": winner,
+                "changed": winner != baseline}  # fmt: skip
+
+    rows = []
+    for task, floor in floors.items():
+        for delta in deltas:
+            new = _clamp(floor + delta)
+            rows.append(row(task, delta, replace(policy, floors={**policy.floors, task: new}), new))
+    if floors:
+        for delta in deltas:
+            moved = replace(
+                policy,
+                floors={task: _clamp(f + delta) for task, f in floors.items()},
+                default_floor=None if policy.default_floor is None else _clamp(policy.default_floor + delta),
+            )
+            rows.append(row(ALL_FLOORS, delta, moved, None))
+    return rows
+
+
+def _clamp(x: float) -> float:
+    return round(min(1.0, max(0.0, x)), 10)
+
+
+def runner_up(evidence: dict[str, Evidence], ranking: Ranking) -> str | None:
+    """The next eligible variant; failing that, the rejected one just below the winner's objective."""
+    winner = ranking.winner
+    if winner is None:
+        return None
+    if len(ranking.ranked) > 1:
+        return ranking.ranked[1]
+    best = ranking.objectives[winner]
+    smaller = [
+        name for name in evidence
+        if name not in ranking.ranked and ranking.objectives[name] is not None
+        and best is not None and ranking.objectives[name] <= best  # type: ignore[operator]
+    ]  # fmt: skip
+    return max(smaller, key=lambda n: (ranking.objectives[n], n)) if smaller else None
+
+
+def sample_size_advice(
+    evidence: dict[str, Evidence], ranking: Ranking, confidence: float, power: float = 0.8
+) -> list[dict[str, Any]]:
+    """Per task: items needed to tell the winner from the runner-up at `confidence` with `power`.
+
+    Paired (McNemar, from the observed discordance) when the two share item ids, else the
+    two-proportion formula from their accuracies. needed is None when they are indistinguishable."""
+    winner, other = ranking.winner, runner_up(evidence, ranking)
+    if winner is None or other is None:
+        return []
+    a, b = evidence[winner].record, evidence[other].record
+    rows = []
+    for task in sorted(a.tasks.keys() & b.tasks.keys()):
+        ta, tb = a.tasks[task], b.tasks[task]
+        shared = sorted(ta.item_scores.keys() & tb.item_scores.keys())
+        if shared:
+            ra = np.array([ta.item_scores[i] for i in shared]) >= RIGHT_THRESHOLD
+            rb = np.array([tb.item_scores[i] for i in shared]) >= RIGHT_THRESHOLD
+            p10, p01 = float(np.mean(ra & ~rb)), float(np.mean(~ra & rb))
+            needed, n_now, method = paired_sample_size(p10, p01, confidence, power), len(shared), "paired"
+        else:
+            needed = two_proportion_sample_size(ta.value, tb.value, confidence, power)
+            n_now, method = min(ta.n, tb.n), "two-proportion"
+        items = None if math.isinf(needed) else math.ceil(needed)
+        if items is None:
+            note = "indistinguishable: no number of items separates them"
+        elif items <= n_now:
+            note = f"{n_now} items are enough"
+        else:
+            note = f"about {items} items needed (now {n_now})"
+        rows.append({
+            "task": task, "variant": winner, "versus": other, "accuracy": ta.value,
+            "versus_accuracy": tb.value, "n": n_now, "needed": items, "method": method,
+            "confidence": confidence, "power": power, "note": note,
+        })  # fmt: skip
+    return rows

@@ -1,0 +1,138 @@
+"""Per-variant evidence that does not depend on floors: intervals at the policy's confidence,
+paired differences to the reference, and summary scores. Computed once per selection, so the
+sensitivity analysis can re-apply floors cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from selector.config import PolicyConfig
+from selector.stats import bootstrap_interval, mcnemar_exact, newcombe_diff_interval, wilson_interval
+from selector.types import PairedDiff, RunRecord, TaskResult
+
+RIGHT_THRESHOLD = 0.5  # an item counts as "right" for McNemar when its score is at least this
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+    method: str  # what produced it: wilson | bootstrap | stored
+
+
+@dataclass(frozen=True)
+class UnpairedDiff:
+    """Variant minus reference when the two share no item ids (Newcombe interval)."""
+
+    task: str
+    diff: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass
+class Evidence:
+    record: RunRecord
+    intervals: dict[str, Interval] = field(default_factory=dict)
+    paired: dict[str, PairedDiff] = field(default_factory=dict)
+    unpaired: dict[str, UnpairedDiff] = field(default_factory=dict)
+    mean_score: float | None = None  # mean over higher-is-better tasks
+    weighted_score: float | None = None  # with policy.weights; None when no weights are set
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def score(self) -> float | None:
+        """The accuracy used for ranking ties and Pareto fronts."""
+        return self.weighted_score if self.weighted_score is not None else self.mean_score
+
+
+def task_interval(
+    result: TaskResult, confidence: float, method: str, n_resamples: int, seed: int
+) -> Interval:
+    """The task's interval at the policy's confidence, recomputed so every variant is judged alike.
+
+    bootstrap needs per-item scores; wilson needs a proportion in [0, 1]. Otherwise the interval
+    stored in the TaskResult is used as it is."""
+    if method == "bootstrap" and result.item_scores:
+        low, high = bootstrap_interval(list(result.item_scores.values()), confidence, n_resamples, seed)
+        return Interval(low, high, "bootstrap")
+    if result.n > 0 and 0.0 <= result.value <= 1.0:
+        low, high = wilson_interval(result.value * result.n, result.n, confidence)
+        return Interval(low, high, "wilson")
+    return Interval(result.ci_low, result.ci_high, "stored")
+
+
+def paired_diff(
+    variant: TaskResult, reference: TaskResult, confidence: float, n_resamples: int, seed: int
+) -> PairedDiff | None:
+    """Variant minus reference over the item ids both scored; None when they share none."""
+    shared = sorted(variant.item_scores.keys() & reference.item_scores.keys())
+    if not shared:
+        return None
+    v = np.array([variant.item_scores[i] for i in shared], dtype=float)
+    r = np.array([reference.item_scores[i] for i in shared], dtype=float)
+    low, high = bootstrap_interval(v - r, confidence, n_resamples, seed)
+    v_right, r_right = v >= RIGHT_THRESHOLD, r >= RIGHT_THRESHOLD
+    to_wrong = int(np.sum(r_right & ~v_right))
+    to_right = int(np.sum(~r_right & v_right))
+    return PairedDiff(
+        task=variant.task, diff=float(np.mean(v - r)), ci_low=low, ci_high=high, n=len(shared),
+        flips_to_wrong=to_wrong, flips_to_right=to_right, mcnemar_p=mcnemar_exact(to_wrong, to_right),
+    )  # fmt: skip
+
+
+def unpaired_diff(variant: TaskResult, reference: TaskResult, confidence: float) -> UnpairedDiff:
+    low, high = newcombe_diff_interval(
+        variant.value, variant.n, reference.value, reference.n, confidence
+    )
+    return UnpairedDiff(variant.task, variant.value - reference.value, low, high)
+
+
+def mean_score(record: RunRecord) -> float | None:
+    values = [t.value for t in record.tasks.values() if t.higher_is_better]
+    return float(np.mean(values)) if values else None
+
+
+def weighted_score(record: RunRecord, weights: dict[str, float]) -> float | None:
+    """Weighted mean of task values; None when no weights are set or a weighted task is missing."""
+    used = {task: w for task, w in weights.items() if w > 0}
+    if not used or any(task not in record.tasks for task in used):
+        return None
+    total = sum(used.values())
+    return sum(record.tasks[task].value * w for task, w in used.items()) / total
+
+
+def gather(
+    records: list[RunRecord],
+    reference: RunRecord | None,
+    policy: PolicyConfig,
+    n_resamples: int,
+    seed: int,
+) -> dict[str, Evidence]:
+    """Evidence for every completed record, keyed by variant name."""
+    out: dict[str, Evidence] = {}
+    for record in records:
+        if record.status != "completed":
+            continue
+        ev = Evidence(record, mean_score=mean_score(record))
+        ev.weighted_score = weighted_score(record, policy.weights)
+        for task, result in record.tasks.items():
+            ev.intervals[task] = task_interval(
+                result, policy.confidence, policy.ci_method, n_resamples, seed
+            )
+            if reference is None or record is reference or task not in reference.tasks:
+                continue
+            ref = reference.tasks[task]
+            diff = paired_diff(result, ref, policy.confidence, n_resamples, seed)
+            if diff is not None:
+                ev.paired[task] = diff
+            else:
+                ev.unpaired[task] = unpaired_diff(result, ref, policy.confidence)
+        out[record.name] = ev
+    return out

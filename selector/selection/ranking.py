@@ -1,0 +1,73 @@
+"""Apply the policy's constraints to every completed variant and rank the eligible ones by the
+objective (lower is better); ties go to the higher accuracy, then to the name."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from selector.config import PolicyConfig
+from selector.selection.checks import build_checks
+from selector.selection.evidence import Evidence
+from selector.selection.measures import cost_per_million_tokens, e2e_p50_ms, weight_gb
+from selector.types import Check, RunRecord
+
+# objective -> (what it is, unit, how a person reads "lowest")
+OBJECTIVE_TEXT = {
+    "weight_memory": ("weight memory", "GB", "smallest"),
+    "latency": ("single-request e2e p50", "ms", "fastest"),
+    "cost": ("cost per million output tokens", "USD", "cheapest"),
+}
+
+
+def objective_value(record: RunRecord, policy: PolicyConfig) -> float | None:
+    if policy.objective == "weight_memory":
+        return weight_gb(record)
+    if policy.objective == "latency":
+        return e2e_p50_ms(record)
+    if policy.objective == "cost":
+        return cost_per_million_tokens(record, policy.price_per_hour or 0.0)
+    raise ValueError(f"unknown objective {policy.objective!r}")  # validate_policy catches it first
+
+
+def format_objective(objective: str, value: float) -> str:
+    _, unit, _ = OBJECTIVE_TEXT[objective]
+    if unit == "GB":
+        return f"{value:.2f} GB weights"
+    if unit == "ms":
+        return f"{value:.0f} ms e2e p50"
+    return f"${value:.2f} per million output tokens"
+
+
+@dataclass
+class Ranking:
+    checks: dict[str, list[Check]]  # variant -> its checks
+    objectives: dict[str, float | None]
+    ranked: list[str]  # eligible variants, best first
+
+    @property
+    def winner(self) -> str | None:
+        return self.ranked[0] if self.ranked else None
+
+    def failed(self, name: str) -> list[Check]:
+        return [c for c in self.checks[name] if not c.passed]
+
+
+def rank(
+    evidence: dict[str, Evidence],
+    policy: PolicyConfig,
+    tasks: list[str],
+    reference: Evidence | None,
+    objectives: dict[str, float | None],
+) -> Ranking:
+    checks = {name: build_checks(ev, policy, tasks, reference) for name, ev in evidence.items()}
+    eligible = [
+        name for name in evidence
+        if objectives[name] is not None and all(c.passed for c in checks[name])
+    ]  # fmt: skip
+
+    def order(name: str) -> tuple[float, float, str]:
+        score = evidence[name].score
+        return (objectives[name] or 0.0, -score if score is not None else math.inf, name)
+
+    return Ranking(checks, objectives, sorted(eligible, key=order))
