@@ -1,0 +1,87 @@
+"""The end of a sweep: gather every variant's record, select, write the report, close the parent run."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from selector.config import SelectorConfig
+from selector.types import RunRecord, Selection
+
+log = logging.getLogger("selector.finish")
+
+
+def gather_records(base: Path) -> list[RunRecord]:
+    """Every job's record under a sweep folder, one per variant key (the newest wins)."""
+    by_key: dict[str, tuple[float, RunRecord]] = {}
+    for path in sorted(base.rglob("record.json")):
+        record = RunRecord.load(path)
+        mtime = path.stat().st_mtime
+        if record.key not in by_key or by_key[record.key][0] < mtime:
+            by_key[record.key] = (mtime, record)
+    return [r for _, r in by_key.values()]
+
+
+def report_context(cfg: SelectorConfig, state: dict[str, Any], base: Path, wall_s: float) -> dict[str, Any]:
+    from selector.config import to_dict
+    from selector.measure.environment import environment
+
+    return {
+        "experiment": cfg.experiment,
+        "tracking_uri": state.get("tracking_uri", ""),
+        "parent_run_id": state.get("parent_run_id"),
+        "sweep_dir": str(base),
+        "config": to_dict(cfg),
+        "environment": environment(),
+        "wall_time_s": wall_s,
+    }
+
+
+def select_and_report(records: list[RunRecord], cfg: SelectorConfig, context: dict[str, Any], out: Path) -> tuple[Selection, dict[str, Path]]:
+    from selector.report import write_report
+    from selector.selection import select
+
+    selection = select(records, cfg.policy)
+    paths = write_report(records, selection, context, out)
+    return selection, paths
+
+
+def finish_sweep(base: Path, wall_s: float) -> None:
+    from selector.report import print_terminal_summary
+    from selector.trackers import make_tracker
+
+    state_path = base / "sweep.json"
+    state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    records = gather_records(base)
+    if not records:
+        log.warning("no variant records under %s: nothing to select from", base)
+        return
+    cfg = _config_of(records[0])
+    context = report_context(cfg, state, base, wall_s)
+    selection, paths = select_and_report(records, cfg, context, base / "report")
+    tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
+    metrics = {
+        "sweep/variants": len(records),
+        "sweep/completed": sum(r.status == "completed" for r in records),
+        "sweep/failed": sum(r.status == "failed" for r in records),
+        "sweep/skipped": sum(r.status == "skipped" for r in records),
+        "sweep/wall_s": wall_s,
+    }
+    tags = {"selector.status": "completed", "selector.winner": selection.winner or "none",
+            "mlflow.note.content": selection.summary}
+    tracker.finish_sweep(state.get("parent_run_id"), metrics, tags, list(paths.values()))
+    print_terminal_summary(records, selection)
+    print(f"\nReport: {paths['html']}\n        {paths['md']}\n        {paths['json']}")
+    if tracker.uri:
+        print(f"MLflow: mlflow ui --backend-store-uri {tracker.uri}  (parent run {state.get('parent_run_id')})")
+
+
+def _config_of(record: RunRecord) -> SelectorConfig:
+    from omegaconf import OmegaConf
+
+    known = {k: v for k, v in record.config.items() if k in SelectorConfig.__dataclass_fields__}
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SelectorConfig), known))
+    assert isinstance(cfg, SelectorConfig)
+    return cfg

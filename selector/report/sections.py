@@ -1,0 +1,155 @@
+"""The report's secondary sections: statistics, failures, reproducibility, caveats.
+
+Each builder returns None (or an empty list) when its data is absent, so the templates can skip
+the section instead of printing an empty table.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from selector.report import fmt
+from selector.report.view import Cell, Table, order_records, task_names, verdicts_by_variant
+from selector.types import RunRecord, Selection
+
+DEQUANTIZED_NOTE = (
+    "The 'full precision' baselines of these models are dequantized GGUF weights "
+    "(4/5-bit rounding already applied)."
+)
+CPU_NOTE = (
+    "Latency and throughput were measured on CPU: CPU latency figures say little about GPU speed-ups "
+    "(on CPU, int8 and 4-bit kernels are often no faster than bf16, while on a GPU they usually are)."
+)
+
+
+def paired_table(records: list[RunRecord], selection: Selection) -> Table | None:
+    """Each variant minus the reference on the same items: one row per variant, one column per task."""
+    verdicts = verdicts_by_variant(selection)
+    paired = [(r.name, verdicts[r.name].paired) for r in order_records(records)
+              if r.name in verdicts and verdicts[r.name].paired]
+    if not paired:
+        return None
+    named = task_names(records, selection)
+    tasks = [t for t in named if any(t in p for _, p in paired)]
+    tasks += sorted({t for _, p in paired for t in p} - set(named))
+    table = Table(columns=["variant"] + tasks)
+    for name, by_task in paired:
+        row = [Cell(name, "name")]
+        for task in tasks:
+            d = by_task.get(task)
+            if d is None:
+                row.append(Cell(fmt.DASH, "num muted"))
+                continue
+            worse = d.mcnemar_p < 0.05 and d.diff < 0
+            row.append(Cell(
+                f"{fmt.points(d.diff)} {fmt.diff_ci(d.ci_low, d.ci_high).removesuffix(' pp')}",
+                "num below" if worse else "num",
+                f"n={d.n}; {d.flips_to_wrong} items right→wrong, {d.flips_to_right} wrong→right",
+                sub=f"McNemar p {fmt.pvalue(d.mcnemar_p)} · flips {d.flips_to_wrong}↓ {d.flips_to_right}↑",
+            ))
+        table.rows.append(row)
+    table.note = (f"Reference: {selection.reference}. Each cell: variant accuracy minus reference accuracy "
+                  "on the same items, with its 95% CI; McNemar's exact p; flips: items the reference got right "
+                  "and the variant wrong (↓), and the reverse (↑). Marked: significantly worse (p < 0.05).")
+    return table
+
+
+def dict_table(rows: list[dict[str, Any]]) -> Table | None:
+    """A free-form list of dicts (sensitivity, sample-size advice) as a table, keys in first-seen order."""
+    if not rows:
+        return None
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k not in keys]
+    table = Table(columns=[fmt.label(k) for k in keys], compact=True)
+    for row in rows:
+        table.rows.append([
+            Cell(fmt.value(row.get(k)), "num" if isinstance(row.get(k), (int, float)) else "") for k in keys
+        ])
+    return table
+
+
+def noise_table(noise_floor: dict[str, float]) -> Table | None:
+    if not noise_floor:
+        return None
+    table = Table(columns=["task", "score spread with nothing changed"], compact=True)
+    for task, spread in noise_floor.items():
+        table.rows.append([Cell(task), Cell(fmt.points(spread).lstrip("+"), "num")])
+    return table
+
+
+def failures(records: list[RunRecord]) -> list[dict[str, str]]:
+    """Failed and skipped variants, with what happened and where."""
+    out = []
+    for r in order_records(records):
+        if r.status == "completed":
+            continue
+        err = r.error
+        out.append({
+            "variant": r.name, "status": r.status,
+            "stage": err.stage if err else "",
+            "type": err.type if err else "",
+            "message": err.message if err else r.reason,
+            "log_tail": err.log_tail if err else "",
+        })
+    return out
+
+
+def environment(records: list[RunRecord], context: dict[str, Any]) -> list[tuple[str, str]]:
+    env = context.get("environment") or next((r.environment for r in records if r.environment), {})
+    return [(str(k), fmt.value(v)) for k, v in env.items()]
+
+
+def config_text(context: dict[str, Any]) -> str:
+    """The resolved config as YAML, the form a user writes it in (via JSON: any value becomes plain data)."""
+    config = context.get("config")
+    if not config:
+        return ""
+    plain = json.loads(json.dumps(config, default=str))
+    return yaml.safe_dump(plain, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+def mlflow(records: list[RunRecord], context: dict[str, Any]) -> dict[str, Any] | None:
+    uri = context.get("tracking_uri")
+    runs = [(r.name, r.mlflow_run_id) for r in order_records(records) if r.mlflow_run_id]
+    if not uri and not runs and not context.get("parent_run_id"):
+        return None
+    return {
+        "uri": uri or fmt.DASH,
+        "experiment": context.get("experiment") or fmt.DASH,
+        "parent": context.get("parent_run_id") or fmt.DASH,
+        "runs": runs,
+        "command": f"mlflow ui --backend-store-uri {uri}" if uri else "",
+    }
+
+
+def devices(records: list[RunRecord], context: dict[str, Any]) -> set[str]:
+    found = {r.perf.device for r in records if r.perf and r.perf.device}
+    env_device = (context.get("environment") or {}).get("device")
+    return found | ({str(env_device)} if env_device and not found else set())
+
+
+def caveats(records: list[RunRecord], context: dict[str, Any]) -> list[str]:
+    """Plain statements about what the figures do not show."""
+    out = []
+    dequantized = sorted({
+        r.variant.model for r in records
+        if "dequantized" in str(((r.config or {}).get("model") or {}).get("notes", "")).lower()
+    })
+    if dequantized:
+        out.append(f"{DEQUANTIZED_NOTE} Models: {', '.join(dequantized)}.")
+    if any(d == "cpu" or d.startswith("cpu") for d in devices(records, context)):
+        out.append(CPU_NOTE)
+    return out
+
+
+def meta(records: list[RunRecord], context: dict[str, Any]) -> list[tuple[str, str]]:
+    """The sweep's identity line: experiment, when, where, how long."""
+    items = [("experiment", context.get("experiment")), ("created", context.get("created_at")),
+             ("sweep folder", context.get("sweep_dir")), ("variants", str(len(records))),
+             ("sweep wall time", fmt.seconds(context.get("wall_time_s"))
+              if context.get("wall_time_s") is not None else None)]
+    return [(k, str(v)) for k, v in items if v]

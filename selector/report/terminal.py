@@ -1,0 +1,97 @@
+"""The end-of-sweep console summary (rich): the recommendation, warnings, and a compact variant table.
+
+Every string goes in as rich Text, never as markup, so a variant name or an error message holding
+'[bold]' or '[/]' prints literally.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from selector.report import fmt
+from selector.report.view import (
+    best_throughput, order_records, task_floor, task_names, verdict_status, verdicts_by_variant,
+)
+from selector.types import RunRecord, Selection, TaskResult, Verdict
+
+VERDICT_STYLE = {"winner": "bold white on blue", "eligible": "green", "rejected": "dark_orange",
+                 "failed": "bold red", "skipped": "dim"}
+
+
+def _accuracy(result: TaskResult | None, verdict: Verdict | None) -> Text:
+    """'95.0 [84–99]': percent with a rounded CI, red when the variant misses the floor."""
+    if result is None:
+        return Text(fmt.DASH, style="dim")
+    if not fmt.is_fraction(result):
+        text = fmt.accuracy_ci(result)
+    else:
+        text = f"{result.value * 100:.1f} [{result.ci_low * 100:.0f}–{result.ci_high * 100:.0f}]"
+    failed = verdict and any(c.name == f"accuracy:{result.task}" and not c.passed for c in verdict.checks)
+    return Text(text, style="red" if failed else "")
+
+
+def _first_reason(reasons: list[str]) -> Text:
+    """The first reason only (the report has them all), so a row stays one line on a wide console."""
+    more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+    return Text((reasons[0] if reasons else "") + more, style="dim" if more else "")
+
+
+def render_terminal_summary(records: list[RunRecord], selection: Selection) -> RenderableType:
+    """A panel with the recommendation and warnings, above a compact variant table."""
+    tasks = task_names(records, selection)
+    verdicts = verdicts_by_variant(selection)
+    floors = [f"{t} {fmt.pct(task_floor(selection, t), 0)}" for t in tasks if task_floor(selection, t) is not None]
+    table = RichTable(title="Variants", title_justify="left", header_style="bold",
+                      caption=("accuracy in % [95% CI]; floors: " + ", ".join(floors)) if floors else None,
+                      caption_justify="left")
+    table.add_column("variant", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for task in tasks:
+        table.add_column(Text(task), justify="right", no_wrap=True)
+    for header in ("weight GB", "e2e p50 ms", "tok/s"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("why not chosen", min_width=16)
+    for r in order_records(records):
+        verdict = verdicts.get(r.name)
+        status = verdict_status(r, verdict)
+        rank = f" #{verdict.rank}" if verdict and verdict.rank and status == "eligible" else ""
+        lat = r.perf.latency if r.perf else None
+        tput = best_throughput(r)
+        reasons = verdict.reasons if verdict else ([r.reason] if r.reason else [])
+        table.add_row(
+            Text(r.name, style="bold" if status == "winner" else ""),
+            Text(f" {status}{rank} ", style=VERDICT_STYLE.get(status, "")),
+            *(_accuracy(r.tasks.get(t), verdict) for t in tasks),
+            Text(fmt.gigabytes(r.memory.weight_bytes if r.memory else None)),
+            Text(fmt.millis(lat.e2e_ms.p50 if lat else None)),
+            Text(fmt.sig(tput[0]) if tput else fmt.DASH),
+            _first_reason(reasons),
+        )
+
+    headline = Text()
+    if selection.winner:
+        headline.append("Recommended: ", style="bold")
+        headline.append(selection.winner, style="bold blue")
+    else:
+        headline.append("No variant meets the policy.", style="bold red")
+    body: list[RenderableType] = [headline, Text(selection.summary)]
+    for warning in selection.warnings:
+        body.append(Text(f"! {warning}", style="yellow"))
+    panel = Panel(Group(*body), title="Recommendation", title_align="left", border_style="blue")
+    return Group(panel, table)
+
+
+def print_terminal_summary(records: list[RunRecord], selection: Selection, *, console: Console | None = None,
+                           report_paths: dict[str, Path] | None = None) -> None:
+    """Print the summary (and where the report files are) to the console."""
+    console = console or Console()
+    console.print(render_terminal_summary(records, selection))
+    for kind, path in (report_paths or {}).items():
+        line = Text(f"{kind} report: ", style="dim")
+        line.append(str(path))
+        console.print(line)

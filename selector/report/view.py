@@ -1,0 +1,205 @@
+"""The report's view model: records + selection -> rows of plain-text cells.
+
+HTML, Markdown and the terminal all render these same cells, each escaping text its own way, so
+the three never disagree on a number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from selector.report import fmt
+from selector.types import RunRecord, Selection, TaskResult, Verdict
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    kind: str = ""  # a style hint: "num", "badge winner", "below", "muted"...
+    title: str = ""  # extra detail (HTML tooltip)
+    sub: str = ""  # a second, smaller line (Markdown: in parentheses)
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list[Cell]] = field(default_factory=list)
+    note: str = ""
+    compact: bool = False  # few columns: size to content instead of the page width
+
+    def numeric(self) -> list[bool]:
+        """Columns whose every cell is a number (their headers align right, like the numbers)."""
+        return [bool(self.rows) and all("num" in row[i].kind for row in self.rows) for i in range(len(self.columns))]
+
+
+def order_records(records: list[RunRecord]) -> list[RunRecord]:
+    """Smallest model first; within a model, the largest weights (the baseline) first."""
+
+    def key(r: RunRecord) -> tuple[float, str, float]:
+        weight = r.memory.weight_bytes if r.memory else 0
+        return (r.variant.params or math.inf, r.variant.model, -weight)
+
+    return sorted(records, key=key)
+
+
+def task_names(records: list[RunRecord], selection: Selection) -> list[str]:
+    """Tasks named by the policy's floors first (in its order), then the rest alphabetically."""
+    seen = {t for r in records for t in r.tasks}
+    floors = list((selection.policy.get("floors") or {}).keys())
+    return [t for t in floors if t in seen] + sorted(seen - set(floors))
+
+
+def task_floor(selection: Selection, task: str) -> float | None:
+    floors = selection.policy.get("floors") or {}
+    floor = floors.get(task, selection.policy.get("default_floor"))
+    return float(floor) if isinstance(floor, (int, float)) else None
+
+
+def mean_accuracy(record: RunRecord, tasks: list[str]) -> float | None:
+    """Unweighted mean over tasks (the y axis of the trade-off plots); None if any is missing."""
+    values = [record.tasks[t].value for t in tasks if t in record.tasks]
+    return sum(values) / len(values) if values and len(values) == len(tasks) else None
+
+
+def verdicts_by_variant(selection: Selection) -> dict[str, Verdict]:
+    return {v.variant: v for v in selection.verdicts}
+
+
+def verdict_status(record: RunRecord, verdict: Verdict | None) -> str:
+    return verdict.status if verdict else record.status
+
+
+def peak_memory(record: RunRecord) -> tuple[int | None, str]:
+    """GPU max allocated where a GPU was used, else the process's peak RSS."""
+    mem = record.memory
+    if mem is None:
+        return None, ""
+    if mem.cuda_max_allocated_bytes is not None:
+        return mem.cuda_max_allocated_bytes, "GPU max allocated"
+    return mem.peak_rss_bytes, "peak RSS (whole process)" if mem.peak_rss_bytes is not None else ""
+
+
+def best_throughput(record: RunRecord) -> tuple[float, int] | None:
+    points = record.perf.throughput if record.perf else []
+    if not points:
+        return None
+    best = max(points, key=lambda p: p.output_tokens_per_s)
+    return best.output_tokens_per_s, best.batch_size
+
+
+def artifact_bytes(record: RunRecord) -> int | None:
+    if record.quant and record.quant.artifact_bytes is not None:
+        return record.quant.artifact_bytes
+    return record.memory.artifact_bytes if record.memory else None
+
+
+def _task_cell(result: TaskResult | None, verdict: Verdict | None, task: str) -> Cell:
+    if result is None:
+        return Cell(fmt.DASH, "num muted")
+    check = next((c for c in verdict.checks if c.name == f"accuracy:{task}"), None) if verdict else None
+    if check is not None and not check.passed:
+        return Cell(fmt.accuracy_ci(result), "num below", check.detail or f"below {check.limit}")
+    return Cell(fmt.accuracy_ci(result), "num", f"n={result.n}, {result.metric}, {result.ci_method} CI")
+
+
+def variant_table(records: list[RunRecord], selection: Selection) -> Table:
+    tasks = task_names(records, selection)
+    verdicts = verdicts_by_variant(selection)
+    has_fidelity = any(r.fidelity for r in records)
+    has_quant_time = any(r.quant and r.quant.quantize_s is not None for r in records)
+    has_artifact = any(artifact_bytes(r) is not None for r in records)
+    columns = ["variant", "params", "precision", "verdict"]
+    for t in tasks:
+        floor = task_floor(selection, t)
+        columns.append(f"{t} (floor {fmt.pct(floor, 0)})" if floor is not None else t)
+    columns += ["weight GB", "peak GB", "TTFT p50 ms", "e2e p50 ms", "e2e p95 ms", "tok/s (batch)"]
+    columns += ["KL", "top-1 agree"] if has_fidelity else []
+    columns += ["quantize time"] if has_quant_time else []
+    columns += ["artifact GB"] if has_artifact else []
+    columns.append("reasons")
+    table = Table(columns=columns)
+    for r in order_records(records):
+        verdict = verdicts.get(r.name)
+        status = verdict_status(r, verdict)
+        rank = f" #{verdict.rank}" if verdict and verdict.rank and status == "eligible" else ""
+        row = [Cell(r.name, "name"), Cell(fmt.params(r.variant.params), "num"), Cell(r.variant.precision),
+               Cell(status + rank, f"badge {status}", f"record status: {r.status}")]
+        row += [_task_cell(r.tasks.get(t), verdict, t) for t in tasks]
+        peak, peak_kind = peak_memory(r)
+        lat = r.perf.latency if r.perf else None
+        tput = best_throughput(r)
+        row += [
+            Cell(fmt.gigabytes(r.memory.weight_bytes if r.memory else None), "num"),
+            Cell(fmt.gigabytes(peak), "num", peak_kind),
+            Cell(fmt.millis(lat.ttft_ms.p50 if lat else None), "num"),
+            Cell(fmt.millis(lat.e2e_ms.p50 if lat else None), "num"),
+            Cell(fmt.millis(lat.e2e_ms.p95 if lat else None), "num"),
+            Cell(f"{fmt.sig(tput[0])} (b{tput[1]})" if tput else fmt.DASH, "num"),
+        ]
+        if has_fidelity:
+            fid = r.fidelity
+            title = f"vs {fid.baseline}, {fid.positions} positions" if fid else ""
+            row += [Cell(fmt.sig(fid.mean_kl) if fid else fmt.DASH, "num", title),
+                    Cell(fmt.pct(fid.top1_agreement) if fid else fmt.DASH, "num", title)]
+        if has_quant_time:
+            cached = " (cached)" if r.quant and r.quant.cached else ""
+            row.append(Cell(fmt.seconds(r.quant.quantize_s if r.quant else None) + cached, "num"))
+        if has_artifact:
+            row.append(Cell(fmt.gigabytes(artifact_bytes(r)), "num"))
+        reasons = verdict.reasons if verdict else ([r.reason] if r.reason else [])
+        row.append(Cell("; ".join(reasons), "reasons"))
+        table.rows.append(row)
+    table.note = (
+        "Accuracy: value [95% CI]; cells below a floor are marked. Peak GB: GPU max allocated where a GPU "
+        "was used, else peak RSS of the whole process. Latency: batch 1 after warm-up. tok/s: best output "
+        "tokens per second over the measured batch sizes."
+    )
+    return table
+
+
+def key_numbers(record: RunRecord, reference: RunRecord | None, selection: Selection) -> list[dict[str, str]]:
+    """The winner's headline figures: label, value, and a short qualifier."""
+    tiles: list[dict[str, str]] = []
+    if record.memory:
+        sub = ""
+        if reference and reference.memory and reference is not record:
+            share = record.memory.weight_bytes / reference.memory.weight_bytes
+            sub = f"{share:.0%} of the reference"
+        tiles.append({"label": "weight memory", "value": f"{fmt.gigabytes(record.memory.weight_bytes)} GB",
+                      "sub": sub})
+        peak, kind = peak_memory(record)
+        if peak is not None:
+            tiles.append({"label": "peak memory", "value": f"{fmt.gigabytes(peak)} GB",
+                          "sub": "GPU" if kind.startswith("GPU") else "process RSS"})
+    lat = record.perf.latency if record.perf else None
+    if lat:
+        tiles.append({"label": "e2e latency p50", "value": f"{fmt.millis(lat.e2e_ms.p50)} ms",
+                      "sub": f"p95 {fmt.millis(lat.e2e_ms.p95)} ms, {lat.output_tokens} tokens"})
+        tiles.append({"label": "TTFT p50", "value": f"{fmt.millis(lat.ttft_ms.p50)} ms",
+                      "sub": f"{lat.prompt_tokens}-token prompt"})
+    tput = best_throughput(record)
+    if tput:
+        tiles.append({"label": "throughput", "value": f"{fmt.sig(tput[0])} tok/s", "sub": f"batch {tput[1]}"})
+    for task in task_names([record], selection):
+        result, floor = record.tasks[task], task_floor(selection, task)
+        value, ci = fmt.accuracy_ci(result).split(" ", 1)
+        floor_text = f"\nfloor {fmt.pct(floor, 0)}" if floor is not None else ""
+        tiles.append({"label": task, "value": value, "sub": f"95% CI {ci.strip('[]')}{floor_text}"})
+    return tiles
+
+
+def summary(records: list[RunRecord], selection: Selection) -> dict[str, Any]:
+    by_name = {r.name: r for r in records}
+    winner = by_name.get(selection.winner) if selection.winner else None
+    reference = by_name.get(selection.reference) if selection.reference else None
+    counts = {s: sum(1 for r in records if r.status == s) for s in ("completed", "failed", "skipped")}
+    return {
+        "winner": selection.winner,
+        "reference": selection.reference,
+        "text": selection.summary,
+        "tiles": key_numbers(winner, reference, selection) if winner else [],
+        "warnings": selection.warnings,
+        "counts": counts,
+    }

@@ -1,0 +1,202 @@
+"""write_report: the three files, their sections, escaping, and graceful absence of optional data."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from selector.report import sections, write_report
+from selector.report.render import md_code, md_text
+from selector.report.sample import sample_sweep
+from selector.types import (
+    LatencyResult, MemoryResult, Percentiles, PerfResult, RunRecord, Selection, TaskResult, Variant, Verdict,
+)
+
+XSS = "<script>alert(1)</script>"
+
+
+class _Tags(HTMLParser):
+    """Every start tag with its attributes, and the page's visible-ish text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def _parse(html: str) -> _Tags:
+    parser = _Tags()
+    parser.feed(html)
+    return parser
+
+
+@pytest.fixture(scope="module")
+def sample_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], tuple]:
+    sweep = sample_sweep(inject=XSS)
+    return write_report(*sweep, out_dir=tmp_path_factory.mktemp("report")), sweep
+
+
+def test_writes_three_files(sample_report) -> None:  # type: ignore[no-untyped-def]
+    paths, _ = sample_report
+    assert set(paths) == {"html", "md", "json"}
+    assert [p.name for p in paths.values()] == ["report.html", "report.md", "report.json"]
+    assert all(p.stat().st_size > 1000 for p in paths.values())
+
+
+def test_html_sections_in_order(sample_report) -> None:  # type: ignore[no-untyped-def]
+    paths, (records, selection, _) = sample_report
+    html = paths["html"].read_text()
+    order = ['id="recommendation"', 'id="variants"', 'id="plots"', 'id="statistics"', 'id="failures"',
+             'id="reproducibility"', 'id="caveats"']
+    positions = [html.index(marker) for marker in order]
+    assert positions == sorted(positions)
+    assert "<title>Model selection report — selector-sample</title>" in html
+    summary_html = selection.summary.replace("<", "&lt;")
+    assert summary_html in html[html.index('id="recommendation"'):html.index('id="variants"')]
+
+
+def test_html_is_self_contained_and_runs_no_script(sample_report) -> None:  # type: ignore[no-untyped-def]
+    paths, _ = sample_report
+    html = paths["html"].read_text()
+    tags = _parse(html).tags
+    names = [t for t, _ in tags]
+    assert "script" not in names and "link" not in names and "img" not in names and "iframe" not in names
+    for _, attrs in tags:
+        assert not any(k.startswith("on") for k in attrs), attrs  # no inline event handlers
+        for key in ("src", "href"):
+            value = attrs.get(key) or ""
+            assert not value or value.startswith("#"), (key, value)  # only in-page anchors
+    assert "@import" not in html and not re.search(r"url\((?!#)", html)  # only in-document references
+
+
+def test_injected_markup_is_escaped_everywhere(sample_report) -> None:  # type: ignore[no-untyped-def]
+    paths, _ = sample_report
+    html = paths["html"].read_text()
+    assert XSS not in html and "<script" not in html.lower()
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert html.count(escaped) >= 4  # warning, reasons cell, error message, log tail
+    text = "".join(_parse(html).text)
+    assert text.count(XSS) >= 4  # shown to the reader as literal text
+    md = paths["md"].read_text()
+    outside_code = re.sub(r"```+text\n.*?\n```+", "", md, flags=re.S)
+    assert "<script" not in outside_code and "&lt;script&gt;" in outside_code
+
+
+def test_variant_table_has_one_row_per_record(sample_report) -> None:  # type: ignore[no-untyped-def]
+    paths, (records, selection, _) = sample_report
+    html = paths["html"].read_text()
+    variants = html[html.index('id="variants"'):html.index('id="plots"')]
+    assert variants.count("<tr") == len(records) + 1  # header row
+    assert variants.count('class="winner-row"') == 1
+    for record in records:
+        assert f'<td class="name">{record.name}</td>' in variants
+
+
+def test_plots_are_valid_inline_svg_with_unique_ids(sample_report) -> None:  # type: ignore[no-untyped-def]
+    paths, _ = sample_report
+    html = paths["html"].read_text()
+    svgs = re.findall(r"<svg .*?</svg>", html, flags=re.S)
+    assert len(svgs) == 5
+    for svg in svgs:
+        root = ET.fromstring(svg)
+        assert root.tag.endswith("svg") and root.get("role") == "img"
+        assert float(root.get("width", "0").removesuffix("pt")) > 200
+    ids = re.findall(r'\sid="([^"]+)"', html)
+    assert len(ids) == len(set(ids)), "clip-path ids of two plots collide"
+
+
+def test_json_round_trips_to_the_types(sample_report) -> None:  # type: ignore[no-untyped-def]
+    paths, (records, selection, context) = sample_report
+    doc = json.loads(paths["json"].read_text())
+    assert [RunRecord.model_validate(r) for r in doc["records"]] == records
+    assert Selection.model_validate(doc["selection"]) == selection
+    assert doc["context"] == json.loads(json.dumps(context))
+    assert doc["schema_version"] == 1
+
+
+def test_markdown_tables_keep_their_shape(sample_report) -> None:  # type: ignore[no-untyped-def]
+    paths, (records, _, _) = sample_report
+    md = paths["md"].read_text()
+    assert md.startswith("# Model selection report — selector-sample")
+    table = md[md.index("## All variants"):md.index("## Plots")]
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    assert len(rows) == len(records) + 2  # header and separator
+    widths = {len(re.findall(r"(?<!\\)\|", row)) for row in rows}
+    assert len(widths) == 1, "an unescaped pipe split a cell"
+    assert sections.DEQUANTIZED_NOTE in md
+    assert "mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db" in md
+
+
+def test_markdown_escaping_helpers() -> None:
+    assert md_text("a|b <i>x</i>\nnext *bold* [link]") == r"a\|b &lt;i&gt;x&lt;/i&gt; next \*bold\* \[link\]"
+    block = md_code("one ``` two")
+    assert block.startswith("````text\n") and block.endswith("\n````")
+
+
+def _minimal(device: str = "cuda:0", notes: str = "") -> tuple[list[RunRecord], Selection, dict]:
+    """Two variants, no load test, no quantization data, no statistics, nothing failed."""
+    p = Percentiles(p50=50.0, p90=55.0, p95=60.0, p99=70.0, mean=52.0, n=10)
+    lat = LatencyResult(ttft_ms=p, tpot_ms=p, e2e_ms=p, prompt_tokens=64, output_tokens=32, repeats=10)
+    records = []
+    for precision, weight, acc in (("bf16", 2_000_000_000, 0.8), ("int8", 1_100_000_000, 0.78)):
+        task = TaskResult(task="qa|x", metric="exact_match", value=acc, ci_low=acc - 0.1, ci_high=acc + 0.1, n=60)
+        records.append(RunRecord(
+            key=precision, variant=Variant(model="evil<b>model</b>$x$", precision=precision, params=10**9),
+            status="completed", tasks={"qa|x": task}, memory=MemoryResult(weight_bytes=weight),
+            perf=PerfResult(device=device, latency=lat.model_copy(update={"e2e_ms": p.model_copy(
+                update={"p50": 50.0 * weight / 1e9})})),
+            config={"model": {"notes": notes}}))
+    names = [r.name for r in records]
+    selection = Selection(policy={"floors": {"qa|x": 0.7}}, winner=names[1], reference=names[0],
+                          summary=f"Use {names[1]}.", verdicts=[Verdict(variant=names[0], status="eligible"),
+                                                                Verdict(variant=names[1], status="winner")])
+    return records, selection, {}
+
+
+def test_optional_sections_are_left_out_without_data(tmp_path: Path) -> None:
+    records, selection, context = _minimal()
+    paths = write_report(records, selection, context, tmp_path)
+    html = paths["html"].read_text()
+    for absent in ('id="statistics"', 'id="failures"', 'id="caveats"', 'id="plot-load-latency"',
+                   'id="plot-load-throughput"', "Resolved config", "quantize time", ">KL<"):
+        assert absent not in html, absent
+    for present in ('id="plot-accuracy"', 'id="plot-memory"', 'id="plot-latency"'):
+        assert present in html, present
+    assert "No tracker was used." in html
+    assert sections.CPU_NOTE not in html
+
+
+def test_names_with_markup_and_mathtext_characters(tmp_path: Path) -> None:
+    records, selection, context = _minimal(device="cpu", notes="dequantized Q4_K_M")
+    paths = write_report(records, selection, context, tmp_path)
+    html = paths["html"].read_text()
+    assert "<b>model" not in html and "evil&lt;b&gt;model&lt;/b&gt;$x$/int8" in html
+    for svg in re.findall(r"<svg .*?</svg>", html, flags=re.S):
+        ET.fromstring(svg)  # matplotlib escaped the name inside its own XML
+        assert "<b>" not in svg
+    assert sections.CPU_NOTE in html and sections.DEQUANTIZED_NOTE.replace("'", "&#39;") in html
+    md = paths["md"].read_text()
+    assert r"evil&lt;b&gt;model&lt;/b&gt;$x$/int8" in md and r"qa\|x" in md
+
+
+def test_no_winner_is_said_plainly(tmp_path: Path) -> None:
+    records, selection, context = _minimal()
+    rejected = [v.model_copy(update={"status": "rejected", "reasons": ["qa below floor"]}) for v in selection.verdicts]
+    selection = selection.model_copy(update={"winner": None, "verdicts": rejected,
+                                             "summary": "No variant meets qa >= 70%."})
+    paths = write_report(records, selection, context, tmp_path)
+    html = paths["html"].read_text()
+    assert "No variant meets the policy" in html and "No variant meets qa &gt;= 70%." in html
+    assert 'class="winner-row"' not in html
+    assert "**No variant meets the policy.**" in paths["md"].read_text()

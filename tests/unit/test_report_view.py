@@ -1,0 +1,120 @@
+"""The report's view model: ordering, Pareto fronts, the variant table's cells, caveats."""
+
+from __future__ import annotations
+
+import pytest
+
+from selector.report import sections, view
+from selector.report.sample import sample_sweep
+from selector.types import (
+    Check, ErrorInfo, LatencyResult, MemoryResult, Percentiles, PerfResult, RunRecord, Selection, TaskResult,
+    Variant, Verdict,
+)
+
+
+def _pct(p50: float) -> Percentiles:
+    return Percentiles(p50=p50, p90=p50 * 1.1, p95=p50 * 1.2, p99=p50 * 1.4, mean=p50 * 1.05, n=10)
+
+
+def _record(model: str, precision: str, params: int, weight: int | None, acc: float | None,
+            status: str = "completed", notes: str = "", device: str = "cpu") -> RunRecord:
+    tasks = {}
+    if acc is not None:
+        tasks["qa"] = TaskResult(task="qa", metric="exact_match", value=acc, ci_low=acc - 0.1,
+                                 ci_high=min(1.0, acc + 0.08), n=50)
+    latency = LatencyResult(ttft_ms=_pct(40.0), tpot_ms=_pct(9.0), e2e_ms=_pct(320.0), prompt_tokens=64,
+                            output_tokens=32, repeats=10)
+    return RunRecord(
+        key=f"{model}-{precision}", variant=Variant(model=model, precision=precision, params=params),
+        status=status,  # type: ignore[arg-type]
+        error=ErrorInfo(type="OSError", message="disk full", stage="load") if status == "failed" else None,
+        reason="disk full" if status == "failed" else "",
+        tasks=tasks, memory=MemoryResult(weight_bytes=weight) if weight else None,
+        perf=PerfResult(device=device, latency=latency) if status == "completed" else None,
+        config={"model": {"name": model, "notes": notes}},
+    )
+
+
+def test_records_ordered_by_size_then_baseline_first() -> None:
+    records = [
+        _record("big", "int8", 7_000_000_000, 8_000_000_000, 0.9),
+        _record("small", "int8", 100_000_000, 120_000_000, 0.5),
+        _record("big", "bf16", 7_000_000_000, 14_000_000_000, 0.91),
+        _record("small", "gptq", 100_000_000, None, None, status="failed"),
+        _record("small", "bf16", 100_000_000, 200_000_000, 0.52),
+    ]
+    assert [r.name for r in view.order_records(records)] == [
+        "small/bf16", "small/int8", "small/gptq", "big/bf16", "big/int8"]
+
+
+def test_variant_table_cells_mark_failed_floor_checks() -> None:
+    records = [_record("m", "bf16", 1_000_000_000, 2_000_000_000, 0.85),
+               _record("m", "int4", 1_000_000_000, 700_000_000, 0.55)]
+    verdicts = [
+        Verdict(variant="m/bf16", status="winner", checks=[Check(name="accuracy:qa", value=0.85, limit=0.6,
+                                                                 passed=True)]),
+        Verdict(variant="m/int4", status="rejected", reasons=["qa: 55.0% < floor 60%"],
+                checks=[Check(name="accuracy:qa", value=0.55, limit=0.6, passed=False, detail="5 points short")]),
+    ]
+    selection = Selection(policy={"floors": {"qa": 0.6}}, winner="m/bf16", reference="m/bf16",
+                          summary="Use m/bf16.", verdicts=verdicts)
+    table = view.variant_table(records, selection)
+    assert table.columns[:5] == ["variant", "params", "precision", "verdict", "qa (floor 60%)"]
+    assert "KL" not in table.columns and "quantize time" not in table.columns  # absent data, no column
+    bf16, int4 = table.rows
+    assert [c.text for c in bf16[:5]] == ["m/bf16", "1.00B", "bf16", "winner", "85.0% [75.0–93.0]"]
+    assert bf16[3].kind == "badge winner"
+    assert int4[4].kind == "num below" and int4[4].title == "5 points short"
+    assert int4[table.columns.index("weight GB")].text == "0.700"
+    assert int4[-1].text == "qa: 55.0% < floor 60%"
+    assert table.numeric()[table.columns.index("weight GB")] and not table.numeric()[0]
+
+
+def test_winner_tiles_compare_with_the_reference() -> None:
+    records, selection, _ = sample_sweep()
+    summary = view.summary(records, selection)
+    tiles = {t["label"]: t for t in summary["tiles"]}
+    winner = next(r for r in records if r.name == selection.winner)
+    reference = next(r for r in records if r.name == selection.reference)
+    share = winner.memory.weight_bytes / reference.memory.weight_bytes  # type: ignore[union-attr]
+    assert tiles["weight memory"]["sub"] == f"{share:.0%} of the reference"
+    assert tiles["arithmetic"]["value"] == f"{winner.tasks['arithmetic'].value * 100:.1f}%"
+    assert tiles["arithmetic"]["sub"].endswith("\nfloor 60%")
+    assert summary["counts"] == {"completed": 10, "failed": 1, "skipped": 1}
+
+
+@pytest.mark.parametrize(("notes", "device", "expect_gguf", "expect_cpu"), [
+    ("float weights are dequantized from a Q4_1 GGUF", "cpu", True, True),
+    ("", "cuda:0", False, False),
+])
+def test_caveats_follow_model_notes_and_device(notes: str, device: str, expect_gguf: bool,
+                                               expect_cpu: bool) -> None:
+    records = [_record("m", "bf16", 10, 20, 0.5, notes=notes, device=device)]
+    caveats = sections.caveats(records, {})
+    assert any(sections.DEQUANTIZED_NOTE in c for c in caveats) is expect_gguf
+    assert (sections.CPU_NOTE in caveats) is expect_cpu
+
+
+def test_paired_table_is_one_row_per_variant_and_absent_without_data() -> None:
+    records, selection, _ = sample_sweep()
+    table = sections.paired_table(records, selection)
+    assert table is not None
+    with_pairs = [v for v in selection.verdicts if v.paired]
+    assert len(table.rows) == len(with_pairs) == 9
+    assert table.columns == ["variant", "sentiment", "extraction", "arithmetic"]
+    first = with_pairs[0].paired["arithmetic"]
+    cell = table.rows[0][3]
+    assert cell.text.startswith(f"{first.diff * 100:+.1f}".replace("-", "−"))
+    assert f"{first.flips_to_wrong}↓ {first.flips_to_right}↑" in cell.sub
+    bare = selection.model_copy(update={"verdicts": [v.model_copy(update={"paired": {}}) for v in selection.verdicts]})
+    assert sections.paired_table(records, bare) is None
+
+
+def test_failures_list_failed_and_skipped_only() -> None:
+    records, _, _ = sample_sweep()
+    failures = sections.failures(records)
+    assert [(f["variant"], f["status"]) for f in failures] == [
+        ("gemma3-270m/fp8", "skipped"), ("qwen2.5-coder-1.5b/awq-w4", "failed")]
+    assert failures[0]["stage"] == "" and "CUDA" in failures[0]["message"]
+    assert failures[1]["stage"] == "quantize" and failures[1]["type"] == "RuntimeError"
+    assert "pin_memory" in failures[1]["log_tail"]
