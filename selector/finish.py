@@ -85,3 +85,18 @@ def _config_of(record: RunRecord) -> SelectorConfig:
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SelectorConfig), known))
     assert isinstance(cfg, SelectorConfig)
     return cfg
+
+
+def abort_sweep(base: Path, why: str) -> None:
+    """Close the parent run as FAILED when the end of a sweep itself breaks."""
+    from selector.trackers import make_tracker
+
+    state_path = base / "sweep.json"
+    records = gather_records(base)
+    if not state_path.exists() or not records:
+        return
+    state = json.loads(state_path.read_text())
+    cfg = _config_of(records[0])
+    tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
+    tracker.finish_sweep(state.get("parent_run_id"), {}, {"selector.status": "failed", "selector.reason": why[:5000]},
+                         [], status="FAILED")

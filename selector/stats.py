@@ -32,7 +32,8 @@ def wilson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # Rounding can put the bound a hair past p at p=0 or 1; the interval always contains p.
+    return (max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))
 
 
 def bootstrap_interval(

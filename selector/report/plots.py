@@ -121,7 +121,7 @@ def accuracy_by_task(records: list[RunRecord], selection: Selection) -> Plot | N
                 t = r.tasks.get(task)
                 if t is None:
                     continue
-                ax.errorbar(t.value, y, xerr=[[t.value - t.ci_low], [t.ci_high - t.value]], fmt=enc.marker[
+                ax.errorbar(t.value, y, xerr=[[max(0.0, t.value - t.ci_low)], [max(0.0, t.ci_high - t.value)]], fmt=enc.marker[
                     r.variant.precision], color=enc.colour[r.variant.model], ms=6, capsize=2.5, lw=1.4)
             floor = task_floor(selection, task)
             if floor is not None:

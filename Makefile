@@ -1,0 +1,32 @@
+# Two commands do everything on a fresh machine:
+#   make run    install, then run the default sweep (the offline model ladder)
+#   make test   install (with test tools and a headless browser), then run the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# CPU installs pin torch's CPU wheel through this constraints file; GPU users: see README.
+CONSTRAINTS ?= constraints/cpu.txt
+PYTEST_ARGS ?=
+
+.PHONY: run test install install-dev browser clean
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=24"
+
+install: $(VENV)/bin/python
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e ".[quant]"
+
+install-dev: $(VENV)/bin/python
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e ".[quant,dev]"
+
+browser:
+	@scripts/install_browser.sh
+
+run: install
+	$(PY) -m selector $(ARGS)
+
+test: install-dev browser
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache

@@ -1,0 +1,131 @@
+"""The Hydra task function: what runs for each variant of a sweep."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from selector import preflight
+from selector.config import SelectorConfig
+from selector.job import record_store, run_variant
+from selector.keys import variant_key
+from selector.logs import setup_logging
+from selector.runner import now
+from selector.sweep import read_state
+from selector.trackers import make_tracker
+from selector.types import RunRecord, Variant
+
+log = logging.getLogger("selector.app")
+
+
+def run_job(raw: DictConfig) -> dict[str, Any]:
+    setup_logging()
+    hc = HydraConfig.get()
+    cfg = preflight.job_config(OmegaConf.create(raw), dict(hc.runtime.choices))
+    job_dir = Path(hc.runtime.output_dir)
+    tasks, ehash = preflight.load_tasks(cfg)
+    key = variant_key(cfg, ehash)
+    state = read_state()
+    parent = state.get("parent_run_id")
+    tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
+    extra = {"evalset_hash": ehash, "sweep_key": state.get("sweep_key", "")}
+    name = f"{cfg.model.name}/{cfg.precision.name}"
+
+    if not cfg.force:
+        done = _completed_record(cfg, tracker, parent, key)
+        if done is not None:
+            return _reuse(done, tracker, parent, name, key, job_dir, tasks)
+
+    ok, why = preflight.availability(cfg)
+    child = tracker.start_variant(parent, name, key, {"selector.model": cfg.model.name,
+                                                      "selector.precision": cfg.precision.name})
+    try:
+        if ok:
+            record = run_variant(cfg, key, job_dir, extra)
+        else:
+            record = _skipped(cfg, key, why, extra)
+    except BaseException:  # Ctrl-C or SIGTERM: end both runs as KILLED, then stop
+        _kill_runs(tracker, child, parent)
+        raise
+    record.mlflow_run_id = child
+    files = [job_dir / "samples.jsonl", job_dir / "worker.log"]
+    tracker.finish_variant(child, record, files, tasks_dataset(cfg, tasks, ehash))
+    _save(record, cfg, job_dir)
+    log.info("%s: %s%s", name, record.status, f" ({record.reason})" if record.reason else "")
+    return {"variant": name, "status": record.status}
+
+
+def _completed_record(cfg: SelectorConfig, tracker: Any, parent: str | None, key: str) -> RunRecord | None:
+    local = record_store(cfg) / f"{key}.json"
+    if local.exists():
+        record = RunRecord.load(local)
+        if record.status == "completed":
+            return record
+    return tracker.find_completed(parent, key)
+
+
+def _reuse(record: RunRecord, tracker: Any, parent: str | None, name: str, key: str, job_dir: Path, tasks: Any) -> dict[str, Any]:
+    """A completed record for this exact variant exists: keep it, measure nothing again."""
+    in_this_sweep = record.mlflow_run_id is not None and getattr(tracker, "parent_of", lambda r: None)(record.mlflow_run_id) == parent
+    if not in_this_sweep and parent is not None:
+        # Another sweep measured it: give this sweep its own child run holding the same record.
+        child = tracker.start_variant(parent, name, key, {"selector.reused_from": record.mlflow_run_id or "local"})
+        record.mlflow_run_id = child
+        tracker.finish_variant(child, record, [], None)
+    record.save(job_dir / "record.json")
+    log.info("%s: already measured (variant key %s), reusing its record", name, key)
+    return {"variant": name, "status": record.status, "reused": True}
+
+
+def _skipped(cfg: SelectorConfig, key: str, why: str, extra: dict[str, Any]) -> RunRecord:
+    from selector.config import to_dict
+
+    variant = Variant(model=cfg.model.name, precision=cfg.precision.name, family=cfg.model.family,
+                      params=int(cfg.model.params_b * 1e9))
+    return RunRecord(key=key, variant=variant, status="skipped", reason=why,
+                     config={**to_dict(cfg), **extra}, started_at=now(), finished_at=now())
+
+
+def _save(record: RunRecord, cfg: SelectorConfig, job_dir: Path) -> None:
+    record.save(job_dir / "record.json")
+    if record.status == "completed":
+        record.save(record_store(cfg) / f"{record.key}.json")
+
+
+def _kill_runs(tracker: Any, child: str | None, parent: str | None) -> None:
+    client = getattr(tracker, "client", None)
+    if client is None:
+        return
+    for run_id in (child, parent):
+        if run_id:
+            client.set_tag(run_id, "selector.status", "interrupted")
+            client.set_terminated(run_id, status="KILLED")
+
+
+def tasks_dataset(cfg: SelectorConfig, tasks: Any, ehash: str) -> Any:
+    """The eval set as something the tracker can record as an MLflow dataset input."""
+    return EvalsetDataset(cfg.evalset.name, cfg.evalset.path, tasks, ehash)
+
+
+class EvalsetDataset:
+    def __init__(self, name: str, path: str, tasks: Any, digest: str) -> None:
+        self.name, self.path, self.tasks, self.digest = name, path, tasks, digest
+
+    def to_mlflow_dataset(self) -> Any:
+        import json
+
+        import mlflow.data
+        import pandas as pd
+
+        rows = [{"task": t.name, "id": item.id, "fields": json.dumps(item.fields, ensure_ascii=False)}
+                for t in self.tasks for item in t.items]
+        from mlflow.data.dataset_source_registry import get_registered_sources
+
+        # MLflow registers its local-file source class twice and warns when it resolves a string.
+        local = next(s for s in get_registered_sources() if s.__name__ == "LocalArtifactDatasetSource")
+        source = local(str(Path(self.path).resolve()))
+        return mlflow.data.from_pandas(pd.DataFrame(rows), source=source, name=self.name, digest=self.digest[:16])

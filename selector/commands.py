@@ -1,0 +1,141 @@
+"""Sub-commands that never load a model: `list` and `select`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from selector.config import CONF_DIR
+from selector.errors import UserError
+
+
+def _compose(overrides: list[str]):  # type: ignore[no-untyped-def]
+    """The validated config for these overrides, composed the way a sweep would compose it."""
+    from hydra import compose, initialize_config_dir
+
+    from selector.config import validate
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=False)
+    return validate(cfg)
+
+
+def cmd_list(argv: list[str]) -> int:
+    """Print models, precisions and eval sets, and whether each can run on this machine."""
+    parser = argparse.ArgumentParser(prog="python -m selector list", description=cmd_list.__doc__)
+    parser.parse_args(argv)
+    from rich.console import Console
+    from rich.table import Table
+
+    from selector import preflight
+    from selector.logs import quiet_libraries
+
+    quiet_libraries()
+    console = Console()
+    cuda = preflight.cuda_available()
+    console.print(f"[bold]This machine:[/] {'CUDA GPU available' if cuda else 'no CUDA GPU (CPU only)'}")
+
+    models = Table(title="Models (model=NAME)", show_lines=False)
+    for col in ("name", "size", "source", "prompts", "runs here?"):
+        models.add_column(col)
+    for path in sorted((CONF_DIR / "model").glob("*.yaml")):
+        cfg = _compose([f"model={path.stem}"])
+        ok, why = preflight.availability(cfg)
+        src = cfg.model.source
+        where = src.repo_id or src.path or ", ".join(src.packages[:1]) + (" ..." if len(src.packages) > 1 else "")
+        models.add_row(path.stem, f"{cfg.model.params_b:g}B", f"{src.kind}: {where}", cfg.model.prompt_style,
+                       "yes" if ok else f"no: {why}")
+    console.print(models)
+
+    precisions = Table(title="Precisions (precision=NAME)")
+    for col in ("name", "backend", "what it is", "runs here?"):
+        precisions.add_column(col)
+    for path in sorted((CONF_DIR / "precision").glob("*.yaml")):
+        cfg = _compose([f"precision={path.stem}", "model=smollm2-135m"])
+        ok, why = preflight.availability(cfg)
+        precisions.add_row(path.stem, cfg.precision.backend, cfg.precision.description, "yes" if ok else f"no: {why}")
+    console.print(precisions)
+
+    evalsets = Table(title="Eval sets (evalset=NAME, or evalset.path=FOLDER)")
+    for col in ("name", "path", "tasks (items)"):
+        evalsets.add_column(col)
+    for path in sorted((CONF_DIR / "evalset").glob("*.yaml")):
+        cfg = _compose([f"evalset={path.stem}"])
+        try:
+            tasks, _ = preflight.load_tasks(cfg)
+            summary = ", ".join(f"{t.name} ({len(t.items)})" for t in tasks)
+        except UserError as e:
+            summary = f"cannot load: {e}"
+        evalsets.add_row(path.stem, cfg.evalset.path, summary)
+    console.print(evalsets)
+    for group in ("engine", "tracker", "policy", "measure", "sweep"):
+        names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        prefix = "+" if group == "sweep" else ""
+        console.print(f"[bold]{group}:[/] " + ", ".join(f"{prefix}{group}={n}" for n in names))
+    return 0
+
+
+def cmd_select(argv: list[str]) -> int:
+    """Re-run selection and write a new report from stored records, without touching a model."""
+    parser = argparse.ArgumentParser(
+        prog="python -m selector select",
+        description=cmd_select.__doc__,
+        epilog="Examples:\n"
+        "  python -m selector select --from outputs/sweeps/2026-11-30_10-00-00 policy.rule=lower_bound\n"
+        "  python -m selector select --mlflow-run <parent run id> policy.floors.arithmetic=0.5\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from", dest="source", type=Path, help="a sweep folder, a records folder or a report.json")
+    src.add_argument("--mlflow-run", help="the sweep's parent run id in MLflow")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: the configured tracker's)")
+    parser.add_argument("--out", type=Path, help="where to write the new report (default: next to the source)")
+    parser.add_argument("overrides", nargs="*", help="policy overrides, e.g. policy=strict policy.floors.code=0.6")
+    args = parser.parse_args(argv)
+    try:
+        return _select(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+
+
+def _select(args: argparse.Namespace) -> int:
+    from selector.finish import gather_records, report_context, select_and_report
+    from selector.report import print_terminal_summary
+    from selector.trackers import make_tracker
+    from selector.types import RunRecord
+
+    bad = [o for o in args.overrides if not o.lstrip("+~").startswith("policy")]
+    if bad:
+        raise UserError(f"command line: select takes only policy overrides; not {', '.join(bad)}")
+    cfg = _compose(args.overrides)
+    if args.mlflow_run:
+        if args.tracking_uri:
+            cfg.tracker.tracking_uri = args.tracking_uri
+        tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
+        records = tracker.load_records(args.mlflow_run)
+        base = Path(cfg.output_dir) / "selections" / args.mlflow_run
+        state = {"tracking_uri": tracker.uri, "parent_run_id": args.mlflow_run}
+    else:
+        source: Path = args.source
+        if not source.exists():
+            raise UserError(f"{source}: no such file or folder")
+        if source.is_file():
+            import json
+
+            records = [RunRecord.model_validate(r) for r in json.loads(source.read_text())["records"]]
+        else:
+            records = gather_records(source) or [RunRecord.load(p) for p in sorted(source.glob("*.json"))]
+        base = source.parent if source.is_file() else source
+        state = {}
+    if not records:
+        raise UserError(f"no RunRecords found in {args.mlflow_run or args.source}")
+    out = args.out or base / f"report-{time.strftime('%Y%m%d-%H%M%S')}"
+    context = report_context(cfg, state, base, 0.0)
+    selection, paths = select_and_report(records, cfg, context, out)
+    print_terminal_summary(records, selection)
+    print(f"\nReport: {paths['html']}")
+    return 0
+

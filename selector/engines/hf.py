@@ -1,0 +1,209 @@
+"""In-process transformers engine: batched greedy generation and log-likelihood scoring.
+
+Generation sorts requests by prompt length (longest first, so an out-of-memory shows up on the first
+batch), left-pads, stops each sequence at its own stop strings or end-of-turn token, and decodes only
+the new tokens. Log-likelihood runs each distinct context once and scores all its continuations on a
+copy of its KV cache (shared-prefix scoring), which is what makes multiple choice cheap.
+Everything is greedy and the batch order is a pure function of the requests: same variant, same
+predictions.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Sequence
+
+import torch
+
+from selector.engines.base import (
+    Generation,
+    GenerationRequest,
+    Loglikelihood,
+    LoglikelihoodRequest,
+    Progress,
+    Prompt,
+)
+
+
+class StopOnStrings:
+    """Per-sequence stopping criterion: a row is done once its completion contains a stop string."""
+
+    def __init__(self, tokenizer: Any, prompt_len: int, stops: Sequence[str]) -> None:
+        self.tokenizer, self.prompt_len, self.stops = tokenizer, prompt_len, list(stops)
+        self.longest = max((len(s) for s in self.stops), default=0)
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        if not self.stops:
+            return done
+        # Decoding the last few tokens is enough: a stop string is at most `longest` characters.
+        tail = input_ids[:, max(self.prompt_len, input_ids.shape[1] - self.longest - 2) :]
+        for row, text in enumerate(self.tokenizer.batch_decode(tail, skip_special_tokens=True)):
+            done[row] = any(s in text for s in self.stops)
+        return done
+
+
+class HFEngine:
+    name = "hf"
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8, max_batch_tokens: int = 16384):
+        self.model, self.tok = model, tokenizer
+        self.batch_size, self.max_batch_tokens = batch_size, max_batch_tokens
+        self.device = next(model.parameters()).device
+        eos = model.generation_config.eos_token_id
+        self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [tokenizer.eos_token_id])
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+
+    # ---- prompts -------------------------------------------------------------------------
+    def render(self, prompt: Prompt) -> str:
+        if isinstance(prompt, str):
+            return prompt
+        return self.tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        # Chat templates already write the BOS token themselves; plain prompts get the tokenizer's.
+        return self.tok(self.render(prompt), add_special_tokens=isinstance(prompt, str))["input_ids"]
+
+    # ---- generation ----------------------------------------------------------------------
+    def generate(self, requests: list[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
+        encoded = [self.encode(r.prompt) for r in requests]
+        results: list[Generation | None] = [None] * len(requests)
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for i, r in enumerate(requests):
+            groups[(r.max_new_tokens, tuple(r.stop))].append(i)
+        for (max_new, stops), idx in groups.items():
+            for batch in self._batches(idx, encoded, extra=max_new):
+                for i, gen in zip(batch, self._generate_batch([encoded[i] for i in batch], max_new, list(stops))):
+                    results[i] = gen
+                if progress:
+                    progress(len(batch))
+        return results  # type: ignore[return-value]
+
+    @torch.inference_mode()
+    def _generate_batch(self, prompts: list[list[int]], max_new: int, stops: list[str]) -> list[Generation]:
+        ids, mask = self._left_pad(prompts)
+        out = self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new,
+            do_sample=False,
+            num_beams=1,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            stopping_criteria=[StopOnStrings(self.tok, ids.shape[1], stops)] if stops else None,
+        )
+        gens = []
+        for row, prompt in zip(out[:, ids.shape[1] :].tolist(), prompts):
+            row = _until_eos(row, self.eos_ids, self.pad_id)
+            text = self.tok.decode(row, skip_special_tokens=True)
+            cut = min((text.find(s) for s in stops if s in text), default=-1)
+            if cut >= 0:
+                text = text[:cut]
+            gens.append(Generation(text=text, prompt_tokens=len(prompt), output_tokens=len(row)))
+        return gens
+
+    # ---- log-likelihood ------------------------------------------------------------------
+    def loglikelihood(
+        self, requests: list[LoglikelihoodRequest], progress: Progress | None = None
+    ) -> list[Loglikelihood]:
+        by_context: dict[str, list[int]] = defaultdict(list)
+        rendered: dict[str, Prompt] = {}
+        for i, r in enumerate(requests):
+            key = self.render(r.context)
+            by_context[key].append(i)
+            rendered[key] = r.context
+        contexts = list(by_context)
+        ctx_ids = [self.encode(rendered[c]) for c in contexts]
+        conts = {i: self._continuation_ids(ctx_ids[n], c, requests[i].continuation)
+                 for n, c in enumerate(contexts) for i in by_context[c]}
+        results: list[Loglikelihood | None] = [None] * len(requests)
+        longest_cont = max((len(v) for v in conts.values()), default=1)
+        for batch in self._batches(list(range(len(contexts))), ctx_ids, extra=longest_cont):
+            members = [by_context[contexts[n]] for n in batch]
+            scored = self._score_batch([ctx_ids[n] for n in batch], [[conts[i] for i in m] for m in members])
+            for m, values in zip(members, scored):
+                for i, v in zip(m, values):
+                    results[i] = v
+            if progress:
+                progress(sum(len(m) for m in members))
+        return results  # type: ignore[return-value]
+
+    def _continuation_ids(self, ctx: list[int], context: str, continuation: str) -> list[int]:
+        # Tokenize context+continuation together so merges across the boundary match what the
+        # model would see; fall back to separate encoding when the context's tokens change.
+        whole = self.tok(context + continuation, add_special_tokens=False)["input_ids"]
+        plain_ctx = self.tok(context, add_special_tokens=False)["input_ids"]
+        if whole[: len(plain_ctx)] == plain_ctx and len(whole) > len(plain_ctx):
+            return whole[len(plain_ctx) :]
+        return self.tok(continuation, add_special_tokens=False)["input_ids"]
+
+    @torch.inference_mode()
+    def _score_batch(self, contexts: list[list[int]], continuations: list[list[list[int]]]) -> list[list[Loglikelihood]]:
+        ids, mask = self._left_pad(contexts)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        last_logp = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+        # One row per continuation, each on a copy of its context's cache.
+        owner = [n for n, conts in enumerate(continuations) for _ in conts]
+        flat = [c for conts in continuations for c in conts]
+        cache = out.past_key_values
+        index = torch.tensor(owner, device=self.device)
+        cache.batch_select_indices(index)  # duplicates each context's row for its continuations
+        width = max(len(c) for c in flat) - 1
+        scores: list[Loglikelihood] = []
+        follow_logp = None
+        if width > 0:
+            cont_ids = torch.full((len(flat), width), self.pad_id, dtype=torch.long, device=self.device)
+            cont_mask = torch.zeros((len(flat), width), dtype=mask.dtype, device=self.device)
+            for r, c in enumerate(flat):
+                cont_ids[r, : len(c) - 1] = torch.tensor(c[:-1])
+                cont_mask[r, : len(c) - 1] = 1
+            full_mask = torch.cat([mask[index], cont_mask], dim=1)
+            cont_pos = pos[index, -1:] + 1 + torch.arange(width, device=self.device)
+            follow = self.model(
+                input_ids=cont_ids, attention_mask=full_mask, position_ids=cont_pos, past_key_values=cache
+            )
+            follow_logp = torch.log_softmax(follow.logits.float(), dim=-1)
+        for r, c in enumerate(flat):
+            steps = [last_logp[owner[r]]] + ([follow_logp[r, j] for j in range(len(c) - 1)] if len(c) > 1 else [])
+            lp = sum(float(s[t]) for s, t in zip(steps, c))
+            greedy = all(int(s.argmax()) == t for s, t in zip(steps, c))
+            scores.append(Loglikelihood(logprob=lp, tokens=len(c), is_greedy=greedy))
+        grouped, k = [], 0
+        for conts in continuations:
+            grouped.append(scores[k : k + len(conts)])
+            k += len(conts)
+        return grouped
+
+    # ---- batching helpers ----------------------------------------------------------------
+    def _batches(self, idx: list[int], encoded: Sequence[Sequence[int]], extra: int) -> list[list[int]]:
+        """Longest first; a batch holds at most batch_size rows and max_batch_tokens padded tokens."""
+        order = sorted(idx, key=lambda i: (-len(encoded[i]), i))
+        batches: list[list[int]] = []
+        for i in order:
+            if batches and len(batches[-1]) < self.batch_size and (
+                (len(batches[-1]) + 1) * (len(encoded[batches[-1][0]]) + extra) <= self.max_batch_tokens
+            ):
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+        return batches
+
+    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for n, r in enumerate(rows):
+            ids[n, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            mask[n, width - len(r) :] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+
+def _until_eos(row: list[int], eos_ids: list[int], pad_id: int) -> list[int]:
+    for n, t in enumerate(row):
+        if t in eos_ids:
+            return row[:n]
+    while row and row[-1] == pad_id:  # rows that finished early are padded to the batch's end
+        row = row[:-1]
+    return row
+

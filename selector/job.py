@@ -1,0 +1,119 @@
+"""One Hydra job = one variant, seen from the sweep: resume check, MLflow child run, isolated worker.
+
+The worker (worker.py) does the expensive part in its own process; this side owns the MLflow child
+run, so whatever happens to the worker (an exception, a segfault, an OOM kill, the time limit) the
+run ends with a status, a reason and the log's last lines, and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from selector.config import SelectorConfig, to_dict
+from selector.runner import JobFiles, VariantRun, now, partial_tasks
+from selector.types import ErrorInfo, RunRecord, Variant
+
+log = logging.getLogger("selector.job")
+LOG_TAIL_LINES = 60
+
+
+def record_store(cfg: SelectorConfig) -> Path:
+    """Completed records by variant key: resume works without a tracker too."""
+    return Path(cfg.output_dir) / "records"
+
+
+def run_variant(cfg: SelectorConfig, key: str, job_dir: Path, extra_config: dict[str, Any]) -> RunRecord:
+    """Run the variant (in its own process unless cfg.isolate is false) and return its record."""
+    files = JobFiles(job_dir)
+    for stale in (files.record, files.tasks, files.stage):
+        stale.unlink(missing_ok=True)
+    if not cfg.isolate:
+        record = VariantRun(cfg, key, job_dir).run()
+    else:
+        record = _run_isolated(cfg, key, files)
+    record.config.update(extra_config)
+    return record
+
+
+def _run_isolated(cfg: SelectorConfig, key: str, files: JobFiles) -> RunRecord:
+    spec = files.dir / "job.json"
+    spec.write_text(json.dumps({"config": to_dict(cfg), "key": key, "job_dir": str(files.dir.resolve())}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "selector.worker", str(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # Ctrl-C reaches the sweep, which then stops the worker cleanly
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    tee = threading.Thread(target=_tee, args=(proc, files.log, tail), daemon=True)
+    tee.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=cfg.time_limit_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill(proc)
+    except BaseException:  # KeyboardInterrupt / SIGTERM: stop the worker before we go
+        _kill(proc)
+        raise
+    finally:
+        tee.join(timeout=10)
+    if files.record.exists() and not timed_out and proc.returncode == 0:
+        return RunRecord.load(files.record)
+    return _crash_record(cfg, key, files, proc.returncode, timed_out, "".join(tail))
+
+
+def _tee(proc: subprocess.Popen, log_path: Path, tail: deque) -> None:  # type: ignore[type-arg]
+    """Copy the worker's output to our stderr (progress bars stay live) and to worker.log."""
+    assert proc.stdout is not None
+    with log_path.open("ab") as out:
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.buffer.flush()
+            out.write(chunk)
+            out.flush()
+            text = chunk.decode(errors="replace").replace("\r", "\n")
+            tail.extend(line + "\n" for line in text.splitlines() if line.strip())
+
+
+def _kill(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _crash_record(cfg: SelectorConfig, key: str, files: JobFiles, code: int | None, timed_out: bool, tail: str) -> RunRecord:
+    stage = files.read_stage()
+    if timed_out:
+        kind, why = "TimeLimitExceeded", f"time limit of {cfg.time_limit_s:g} s exceeded in stage {stage}"
+    elif code is not None and code < 0:
+        name = signal.Signals(-code).name
+        hint = " (the kernel's out-of-memory killer sends this)" if -code == signal.SIGKILL else ""
+        kind, why = "WorkerKilled", f"worker killed by {name}{hint} in stage {stage}"
+    else:
+        kind, why = "WorkerCrashed", f"worker exited with code {code} in stage {stage} without writing a record"
+    variant = Variant(model=cfg.model.name, precision=cfg.precision.name, family=cfg.model.family,
+                      params=int(cfg.model.params_b * 1e9))
+    return RunRecord(
+        key=key, variant=variant, status="failed", reason=why,
+        error=ErrorInfo(type=kind, message=why, stage=stage, log_tail=tail[-6000:]),
+        tasks=partial_tasks(files.dir), config=to_dict(cfg), started_at=now(), finished_at=now(),
+    )
+

@@ -1,0 +1,45 @@
+"""Memory: bytes held by the weights, peak process memory (CPU), peak CUDA allocations."""
+
+from __future__ import annotations
+
+import resource
+import sys
+from typing import Any
+
+from selector.types import MemoryResult
+
+
+def weight_bytes(model: Any) -> int:
+    """Parameters and buffers as stored (packed int4 buffers count at their real size)."""
+    seen, total = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if id(t) in seen:  # tied embeddings are one tensor
+            continue
+        seen.add(id(t))
+        total += t.numel() * t.element_size()
+    return total
+
+
+def peak_rss_bytes() -> int:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss if sys.platform == "darwin" else rss * 1024  # Linux reports KiB
+
+
+def reset_cuda_peak() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def measure_memory(model: Any, device: str, artifact_bytes: int | None) -> MemoryResult:
+    import torch
+
+    cuda = device.startswith("cuda") and torch.cuda.is_available()
+    return MemoryResult(
+        weight_bytes=weight_bytes(model),
+        peak_rss_bytes=peak_rss_bytes(),
+        cuda_max_allocated_bytes=torch.cuda.max_memory_allocated() if cuda else None,
+        cuda_max_reserved_bytes=torch.cuda.max_memory_reserved() if cuda else None,
+        artifact_bytes=artifact_bytes,
+    )

@@ -1,0 +1,224 @@
+"""One variant, start to finish: materialize -> evaluate -> measure -> RunRecord.
+
+Runs inside the variant's own worker process (see worker.py). Everything it learns is written to
+the job folder as it goes: the current stage, each scored sample, and at the end the record, so a
+crash loses nothing already measured and the parent can say in which stage it died.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+from selector.config import SelectorConfig, to_dict
+from selector.errors import UnavailableError
+from selector.types import ErrorInfo, PerfResult, RunRecord, SampleRecord, TaskResult, Variant
+
+log = logging.getLogger("selector.runner")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def resolve_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UnavailableError(f"device={name} was asked for but CUDA is not available on this machine")
+    return name
+
+
+class JobFiles:
+    """The files a variant writes into its job folder."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.dir = Path(job_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.stage = self.dir / "stage"
+        self.samples = self.dir / "samples.jsonl"
+        self.record = self.dir / "record.json"
+        self.log = self.dir / "worker.log"
+        self.tasks = self.dir / "tasks.partial.json"
+
+    def set_stage(self, stage: str) -> None:
+        self.stage.write_text(stage)
+
+    def read_stage(self) -> str:
+        return self.stage.read_text().strip() if self.stage.exists() else "preflight"
+
+
+class VariantRun:
+    def __init__(self, cfg: SelectorConfig, key: str, job_dir: Path) -> None:
+        self.cfg, self.key = cfg, key
+        self.files = JobFiles(job_dir)
+        self.variant = Variant(
+            model=cfg.model.name,
+            precision=cfg.precision.name,
+            family=cfg.model.family,
+            params=int(cfg.model.params_b * 1e9),
+        )
+        self.record = RunRecord(key=key, variant=self.variant, status="failed", config=to_dict(cfg), started_at=now())
+        self.stage = "preflight"
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        self.stage = stage
+        self.files.set_stage(stage)
+        log.info("stage %s: %s", stage, self.variant.name)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.record.timings_s[stage] = round(self.record.timings_s.get(stage, 0.0) + time.perf_counter() - t0, 3)
+
+    def run(self) -> RunRecord:
+        try:
+            self._run()
+            self.record.status = "completed"
+        except UnavailableError as e:
+            self.record.status, self.record.reason = "skipped", str(e)
+            log.warning("skipped %s: %s", self.variant.name, e)
+        except BaseException as e:  # record everything, even KeyboardInterrupt, then re-raise those
+            self.record.status = "failed"
+            self.record.reason = f"{type(e).__name__} in {self.stage}: {_one_line(e)}"
+            self.record.error = ErrorInfo(
+                type=type(e).__name__, message=str(e)[:4000], stage=self.stage, log_tail=traceback.format_exc()[-6000:]
+            )
+            log.error("variant %s failed in %s: %s", self.variant.name, self.stage, e)
+            if not isinstance(e, Exception):
+                self._finish()
+                raise
+        self._finish()
+        return self.record
+
+    def _finish(self) -> None:
+        self.record.finished_at = now()
+        self.record.save(self.files.record)
+
+    def _run(self) -> None:
+        import torch
+
+        from selector import models
+        from selector.engines.hf import HFEngine
+        from selector.measure.environment import environment
+        from selector.measure.latency import measure_latency, measure_throughput
+        from selector.measure.memory import measure_memory, reset_cuda_peak
+        from selector.precisions import get_backend
+        from selector.precisions.base import LoadContext, dir_bytes
+        from selector.tasks import load_evalset
+
+        cfg = self.cfg
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        torch.manual_seed(cfg.seed)
+        device = resolve_device(cfg.device)
+        self.record.environment = environment(device)
+        if cfg.model.requires_cuda and not device.startswith("cuda"):
+            raise UnavailableError(f"model={cfg.model.name} needs a CUDA GPU (requires_cuda) and this run is on {device}")
+        backend = get_backend(cfg.precision.backend)
+        ok, why = backend.availability(cfg.precision, device)
+        if not ok:
+            raise UnavailableError(f"precision={cfg.precision.name} is not available on {device.split(':')[0]}: {why}")
+
+        tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
+        with self.timed("load"):
+            resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name)
+            self.variant.params = self.variant.params or int(resolved.manifest.get("parameters", 0))
+            ctx = LoadContext(
+                model_cfg=cfg.model,
+                device=device,
+                cache_dir=Path(cfg.cache_dir),
+                calibration=cfg.calibration,
+                calibration_texts=lambda: _calibration_texts(cfg, tasks),
+            )
+            reset_cuda_peak()
+            loaded = backend.load(resolved, cfg.precision, ctx)
+        if loaded.quant is not None:
+            self.record.quant = loaded.quant
+            if loaded.quant.quantize_s:
+                self.record.timings_s["quantize"] = loaded.quant.quantize_s
+
+        engine = HFEngine(loaded.model, loaded.tokenizer, cfg.engine.batch_size, cfg.engine.max_batch_tokens)
+        with self.timed("evaluate"):
+            self._evaluate(engine, tasks)
+
+        if cfg.measure.fidelity:
+            with self.timed("fidelity"):
+                self._fidelity(loaded, tasks)
+
+        with self.timed("measure"):
+            perf = PerfResult(device=device)
+            if cfg.measure.latency.enabled:
+                perf.latency = measure_latency(loaded.model, loaded.tokenizer, cfg.measure.latency)
+            if cfg.measure.throughput.enabled:
+                perf.throughput = measure_throughput(loaded.model, loaded.tokenizer, cfg.measure.throughput)
+            if cfg.measure.load.enabled:
+                from selector.measure.load import run_inprocess_load
+
+                perf.load = run_inprocess_load(loaded.model, loaded.tokenizer, tasks, cfg)
+            self.record.perf = perf
+            artifact = loaded.quant.artifact_bytes if loaded.quant and loaded.quant.artifact_bytes else None
+            self.record.memory = measure_memory(
+                loaded.model, device, artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
+            )
+
+    def _evaluate(self, engine, tasks) -> None:  # type: ignore[no-untyped-def]
+        from tqdm.auto import tqdm
+
+        from selector.tasks import evaluate_task
+
+        total = sum(len(t.items) for t in tasks)
+        with self.files.samples.open("w") as sink, tqdm(total=total, desc=f"evaluate {self.variant.name}", unit="item") as bar:
+
+            def on_sample(rec: SampleRecord) -> None:
+                sink.write(rec.model_dump_json() + "\n")
+                sink.flush()
+
+            for task in tasks:
+                result, _ = evaluate_task(
+                    engine,
+                    task,
+                    model_name=self.cfg.model.name,
+                    model_prompt_style=self.cfg.model.prompt_style,
+                    confidence=self.cfg.policy.confidence,
+                    on_sample=on_sample,
+                    progress=bar.update,
+                )
+                self.record.tasks[task.name] = result
+                self.files.tasks.write_text(json.dumps({k: v.model_dump() for k, v in self.record.tasks.items()}))
+                log.info("%s %s: %.3f [%.3f, %.3f] n=%d", self.variant.name, task.name, result.value, result.ci_low, result.ci_high, result.n)
+
+    def _fidelity(self, loaded, tasks) -> None:  # type: ignore[no-untyped-def]
+        try:
+            from selector.fidelity import measure_fidelity
+        except ImportError:
+            return
+        self.record.fidelity = measure_fidelity(loaded, tasks, self.cfg)
+
+
+def _calibration_texts(cfg: SelectorConfig, tasks: list) -> list[str]:  # type: ignore[type-arg]
+    from selector.calibration import calibration_texts
+
+    return calibration_texts(cfg.calibration, tasks)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
+
+
+def partial_tasks(job_dir: Path) -> dict[str, TaskResult]:
+    """Task results a worker finished before it died (kept in a failed record)."""
+    path = JobFiles(job_dir).tasks
+    if not path.exists():
+        return {}
+    return {k: TaskResult.model_validate(v) for k, v in json.loads(path.read_text()).items()}

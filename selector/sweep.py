@@ -1,0 +1,108 @@
+"""The sweep around Hydra's jobs: a parent MLflow run, preflight, and selection + report at the end.
+
+Hydra calls `SweepCallback` in the launching process (before and after all jobs) and `run_job` once
+per variant, wherever its launcher runs it. They share the parent run id and the sweep's key
+through `sweep.json` in the sweep folder (and an environment variable for local launchers).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from selector.errors import UserError
+from selector.logs import setup_logging
+
+log = logging.getLogger("selector.sweep")
+STATE_ENV = "SELECTOR_SWEEP_STATE"
+
+
+def _state_path(base: Path) -> Path:
+    return base / "sweep.json"
+
+
+def read_state() -> dict[str, Any]:
+    path = os.environ.get(STATE_ENV)
+    if not path or not Path(path).exists():
+        hc = HydraConfig.get()
+        base = hc.sweep.dir if hc.mode.name == "MULTIRUN" else hc.run.dir
+        path = str(_state_path(Path(base)))
+    return json.loads(Path(path).read_text()) if Path(path).exists() else {}
+
+
+class SweepCallback(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._start(config, Path(config.hydra.sweep.dir), multirun=True)
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._start(config, Path(config.hydra.run.dir), multirun=False)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._end(Path(config.hydra.sweep.dir))
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._end(Path(config.hydra.run.dir))
+
+    def _start(self, config: DictConfig, base: Path, multirun: bool) -> None:
+        from selector import preflight
+        from selector.trackers import make_tracker
+
+        setup_logging()
+        self.t0 = time.time()
+        try:
+            planned, skey = preflight.plan(config, multirun)
+        except UserError as e:
+            _exit_usage(e)
+        if not any(p.available for p in planned):
+            _exit_usage(UserError(preflight.unavailable_message(planned)))
+        first = planned[0].cfg
+        tracker = make_tracker(first.tracker, first.experiment, first.output_dir)
+        params = {
+            "models": ",".join(dict.fromkeys(p.cfg.model.name for p in planned)),
+            "precisions": ",".join(dict.fromkeys(p.cfg.precision.name for p in planned)),
+            "evalset": first.evalset.path,
+            "policy.rule": first.policy.rule,
+            **{f"policy.floor.{k}": v for k, v in first.policy.floors.items()},
+            "variants": len(planned),
+            "sweep_dir": str(base),
+        }
+        name = f"sweep {time.strftime('%Y-%m-%d %H:%M')} ({len(planned)} variants)"
+        parent = tracker.start_sweep(skey, name, params, {"selector.status": "running"})
+        stale = tracker.mark_interrupted(parent)
+        if stale:
+            log.info("marked %d interrupted variant run(s) of an earlier attempt as KILLED", stale)
+        base.mkdir(parents=True, exist_ok=True)
+        state = {
+            "parent_run_id": parent,
+            "sweep_key": skey,
+            "tracking_uri": tracker.uri,
+            "started_at": self.t0,
+            "variants": [{"name": p.name, "key": p.key, "available": p.available, "reason": p.reason} for p in planned],
+        }
+        _state_path(base).write_text(json.dumps(state, indent=2))
+        os.environ[STATE_ENV] = str(_state_path(base).resolve())
+        log.info("sweep of %d variants; MLflow %s, parent run %s", len(planned), tracker.uri, parent)
+
+    def _end(self, base: Path) -> None:
+        from selector.finish import abort_sweep, finish_sweep
+
+        try:
+            finish_sweep(base, time.time() - getattr(self, "t0", time.time()))
+        except Exception as e:  # Hydra would only warn: the user must see it, and MLflow must know
+            log.exception("selection/report failed; every variant's record is kept under %s", base)
+            abort_sweep(base, f"{type(e).__name__}: {e}")
+            sys.exit(1)
+
+
+def _exit_usage(e: UserError) -> None:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(e.exit_code)

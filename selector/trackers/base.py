@@ -1,0 +1,62 @@
+"""The tracker interface: one parent run per sweep, one child run per variant.
+
+The sweep never talks to a tracking library directly; `NullTracker` keeps everything working
+(records and reports on disk) when no tracker is configured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from selector.types import RunRecord
+
+
+class Tracker(Protocol):
+    uri: str
+
+    def start_sweep(self, sweep_key: str, name: str, params: dict[str, Any], tags: dict[str, str]) -> str | None:
+        """Open (or reopen, to resume) the sweep's parent run; return its id."""
+        ...
+
+    def start_variant(self, parent_id: str | None, record_name: str, key: str, tags: dict[str, str]) -> str | None: ...
+
+    def finish_variant(self, run_id: str | None, record: RunRecord, artifacts: list[Path], evalset: Any = None) -> None: ...
+
+    def find_completed(self, parent_id: str | None, key: str) -> RunRecord | None:
+        """A completed record for this variant key under this sweep, if one was logged."""
+        ...
+
+    def mark_interrupted(self, parent_id: str | None) -> int:
+        """Children left RUNNING by a killed sweep become KILLED; returns how many."""
+        ...
+
+    def finish_sweep(self, parent_id: str | None, metrics: dict[str, float], tags: dict[str, str],
+                     artifacts: list[Path], status: str = "FINISHED") -> None: ...
+
+    def load_records(self, parent_id: str) -> list[RunRecord]: ...
+
+
+class NullTracker:
+    uri = ""
+
+    def start_sweep(self, sweep_key, name, params, tags):  # type: ignore[no-untyped-def]
+        return None
+
+    def start_variant(self, parent_id, record_name, key, tags):  # type: ignore[no-untyped-def]
+        return None
+
+    def finish_variant(self, run_id, record, artifacts, evalset=None):  # type: ignore[no-untyped-def]
+        return None
+
+    def find_completed(self, parent_id, key):  # type: ignore[no-untyped-def]
+        return None
+
+    def mark_interrupted(self, parent_id):  # type: ignore[no-untyped-def]
+        return 0
+
+    def finish_sweep(self, parent_id, metrics, tags, artifacts, status="FINISHED"):  # type: ignore[no-untyped-def]
+        return None
+
+    def load_records(self, parent_id):  # type: ignore[no-untyped-def]
+        raise ValueError("no tracker is configured (tracker=none): load records from the sweep folder instead")

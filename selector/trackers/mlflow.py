@@ -1,0 +1,203 @@
+"""MLflow tracker: a parent run per sweep, a child run per variant, through MlflowClient.
+
+Everything goes through explicit run ids (never the global "active run"), so it works inside a run
+the user already opened (the sweep nests under it), from several processes, and with Hydra launchers
+that run variants elsewhere. Resume finds earlier runs by tags: `selector.sweep_key` on the parent,
+`selector.variant_key` on each child.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from selector.config import TrackerConfig
+from selector.trackers.naming import load_metrics, record_metrics, record_params, record_tags
+from selector.types import RunRecord
+
+log = logging.getLogger("selector.mlflow")
+T = TypeVar("T")
+RECORD_ARTIFACT = "record.json"
+
+
+class MlflowTracker:
+    def __init__(self, cfg: TrackerConfig, experiment: str, output_dir: Path) -> None:
+        from mlflow import MlflowClient
+
+        output_dir = Path(output_dir).resolve()
+        self.retries = max(1, cfg.retries)
+        self.uri = cfg.tracking_uri or f"sqlite:///{output_dir / 'mlflow.db'}"
+        local = self.uri.startswith(("sqlite:", "file:")) or "://" not in self.uri
+        if local:
+            output_dir.mkdir(parents=True, exist_ok=True)
+        artifacts = cfg.artifact_location or ((output_dir / "mlartifacts").as_uri() if local else None)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self.experiment_name = cfg.experiment or experiment
+        self.experiment_id = self._retry(lambda: self._experiment(self.experiment_name, artifacts))
+
+    # ---- plumbing ------------------------------------------------------------------------
+    def _retry(self, fn: Callable[[], T]) -> T:
+        """Transient errors (a busy SQLite file, a flaky server) are retried with backoff."""
+        for attempt in range(self.retries):
+            try:
+                return fn()
+            except Exception as e:  # MlflowException, requests errors, sqlite OperationalError
+                if attempt == self.retries - 1 or "RESOURCE_ALREADY_EXISTS" in str(e):
+                    raise
+                log.warning("MLflow call failed (%s); retrying", e)
+                time.sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _experiment(self, name: str, artifact_location: str | None) -> str:
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        try:
+            return self.client.create_experiment(name, artifact_location=artifact_location)
+        except Exception:  # another process created it between our two calls
+            exp = self.client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    def _search(self, filter_string: str, max_results: int = 1000) -> list[Any]:
+        return self._retry(
+            lambda: self.client.search_runs(
+                [self.experiment_id], filter_string=filter_string, max_results=max_results,
+                order_by=["attributes.start_time DESC"],
+            )
+        )
+
+    def run_url(self, run_id: str) -> str:
+        return f"{self.uri} experiment {self.experiment_id} run {run_id}"
+
+    # ---- sweep ---------------------------------------------------------------------------
+    def start_sweep(self, sweep_key: str, name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+        import mlflow
+
+        previous = self._search(f"tags.`selector.sweep_key` = '{sweep_key}' and tags.`selector.role` = 'sweep'", 1)
+        if previous:
+            run_id = previous[0].info.run_id
+            self._retry(lambda: self.client.update_run(run_id, status="RUNNING"))
+            self.client.set_tag(run_id, "selector.resumed", "true")
+            log.info("resuming sweep run %s", run_id)
+            return run_id
+        all_tags = {**tags, "selector.sweep_key": sweep_key, "selector.role": "sweep"}
+        outer = mlflow.active_run()  # a run the caller opened: the sweep nests under it
+        if outer is not None:
+            all_tags["mlflow.parentRunId"] = outer.info.run_id
+        run = self._retry(lambda: self.client.create_run(self.experiment_id, run_name=name, tags=all_tags))
+        self._log_params(run.info.run_id, params)
+        return run.info.run_id
+
+    def finish_sweep(self, parent_id: str | None, metrics: dict[str, float], tags: dict[str, str],
+                     artifacts: list[Path], status: str = "FINISHED") -> None:
+        if parent_id is None:
+            return
+        self._log_batch(parent_id, metrics=metrics, tags=tags)
+        for path in artifacts:
+            self._retry(lambda p=path: self.client.log_artifact(parent_id, str(p), artifact_path="report"))
+        self._retry(lambda: self.client.set_terminated(parent_id, status=status))
+
+    # ---- variants ------------------------------------------------------------------------
+    def start_variant(self, parent_id: str | None, record_name: str, key: str, tags: dict[str, str]) -> str:
+        all_tags = {**tags, "selector.role": "variant", "selector.variant_key": key, "selector.status": "running"}
+        if parent_id:
+            all_tags["mlflow.parentRunId"] = parent_id
+        run = self._retry(lambda: self.client.create_run(self.experiment_id, run_name=record_name, tags=all_tags))
+        return run.info.run_id
+
+    def finish_variant(self, run_id: str | None, record: RunRecord, artifacts: list[Path], evalset: Any = None) -> None:
+        if run_id is None:
+            return
+        record.mlflow_run_id = run_id
+        self._log_params(run_id, record_params(record))
+        self._log_batch(run_id, metrics=record_metrics(record), tags=record_tags(record))
+        steps = load_metrics(record)
+        if steps:
+            from mlflow.entities import Metric
+
+            now = int(time.time() * 1000)
+            batch = [Metric(k, float(v), now, s) for k, v, s in steps]
+            self._retry(lambda: self.client.log_batch(run_id, metrics=batch))
+        if evalset is not None:
+            self._log_evalset(run_id, evalset)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = record.save(Path(tmp) / RECORD_ARTIFACT)
+            self._retry(lambda: self.client.log_artifact(run_id, str(path)))
+        for path in artifacts:
+            if Path(path).exists():
+                self._retry(lambda p=path: self.client.log_artifact(run_id, str(p)))
+        status = "FAILED" if record.status == "failed" else "FINISHED"
+        self._retry(lambda: self.client.set_terminated(run_id, status=status))
+
+    def _log_evalset(self, run_id: str, evalset: Any) -> None:
+        """Record the eval set as an MLflow dataset input (name, digest, source, schema)."""
+        from mlflow.entities import DatasetInput, InputTag
+
+        dataset = evalset.to_mlflow_dataset()
+        tag = InputTag(key="mlflow.data.context", value="eval")
+        self._retry(lambda: self.client.log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(), [tag])]))
+
+    def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        existing = self.client.get_run(run_id).data.params
+        new = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in existing]
+        for i in range(0, len(new), 100):
+            self._retry(lambda chunk=new[i : i + 100]: self.client.log_batch(run_id, params=chunk))
+
+    def _log_batch(self, run_id: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        now = int(time.time() * 1000)
+        ms = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
+        ts = [RunTag(k, str(v)) for k, v in tags.items()]
+        for i in range(0, max(len(ms), len(ts), 1), 500):
+            self._retry(lambda i=i: self.client.log_batch(run_id, metrics=ms[i : i + 500], tags=ts[i : i + 500]))
+
+    # ---- resume --------------------------------------------------------------------------
+    def find_completed(self, parent_id: str | None, key: str) -> RunRecord | None:
+        runs = self._search(f"tags.`selector.variant_key` = '{key}' and tags.`selector.status` = 'completed'", 20)
+        runs.sort(key=lambda r: r.data.tags.get("mlflow.parentRunId") != parent_id)  # this sweep's first
+        for run in runs:
+            record = self._download_record(run.info.run_id)
+            if record is not None:
+                record.mlflow_run_id = run.info.run_id
+                return record
+        return None
+
+    def parent_of(self, run_id: str) -> str | None:
+        return self.client.get_run(run_id).data.tags.get("mlflow.parentRunId")
+
+    def mark_interrupted(self, parent_id: str | None) -> int:
+        if parent_id is None:
+            return 0
+        stale = self._search(f"tags.`mlflow.parentRunId` = '{parent_id}' and attributes.status = 'RUNNING'")
+        for run in stale:
+            self.client.set_tag(run.info.run_id, "selector.status", "interrupted")
+            self._retry(lambda r=run: self.client.set_terminated(r.info.run_id, status="KILLED"))
+        return len(stale)
+
+    def load_records(self, parent_id: str) -> list[RunRecord]:
+        records = []
+        for run in self._search(f"tags.`mlflow.parentRunId` = '{parent_id}'"):
+            if run.data.tags.get("selector.status") in ("running", "interrupted"):
+                continue
+            record = self._download_record(run.info.run_id)
+            if record is not None:
+                record.mlflow_run_id = run.info.run_id
+                records.append(record)
+        return records
+
+    def _download_record(self, run_id: str) -> RunRecord | None:
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = self.client.download_artifacts(run_id, RECORD_ARTIFACT, tmp)
+            except Exception as e:  # no record artifact (a run from before it was written)
+                log.debug("run %s has no record: %s", run_id, e)
+                return None
+            return RunRecord.load(path)

@@ -1,0 +1,109 @@
+"""Metric, param and tag names for a RunRecord: one place, so every run compares cleanly in the UI.
+
+Metrics are grouped by a prefix and a slash (accuracy/<task>, latency/ttft_ms_p50, memory/weight_gb,
+...). Load-test figures use the concurrency level as the MLflow step of `load/<metric>`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from selector.types import RunRecord
+
+GB = 2**30
+
+
+def record_params(record: RunRecord) -> dict[str, str]:
+    cfg = record.config
+    model, prec = cfg.get("model", {}), cfg.get("precision", {})
+    params = {
+        "model": record.variant.model,
+        "precision": record.variant.precision,
+        "family": record.variant.family,
+        "size_b": f"{record.variant.params / 1e9:.3f}" if record.variant.params else str(model.get("params_b", "")),
+        "backend": str(prec.get("backend", "")),
+        "dtype": str(prec.get("dtype", "")),
+        "bits": str(prec.get("bits", "")),
+        "method": str(prec.get("method", "")),
+        "source": str(model.get("source", {}).get("kind", "")),
+        "evalset": str(cfg.get("evalset", {}).get("name", "")),
+        "evalset_hash": str(cfg.get("evalset_hash", "")),
+        "engine": str(cfg.get("engine", {}).get("kind", "")),
+        "batch_size": str(cfg.get("engine", {}).get("batch_size", "")),
+        "device": str(record.environment.get("device", "")),
+        "torch_threads": str(record.environment.get("torch_threads", "")),
+        "variant_key": record.key,
+    }
+    if record.quant:
+        for k, v in record.quant.params.items():
+            if isinstance(v, (str, int, float, bool)) or v is None:
+                params[f"quant.{k}"] = str(v)
+        params["quant.library"] = f"{record.quant.library}=={record.quant.library_version}"
+    for lib, ver in record.environment.get("versions", {}).items():
+        params[f"version.{lib}"] = str(ver)
+    return {k: v[:6000] for k, v in params.items()}
+
+
+def record_metrics(record: RunRecord) -> dict[str, float]:
+    m: dict[str, float] = {}
+    for name, t in record.tasks.items():
+        m[f"accuracy/{name}"] = t.value
+        m[f"accuracy/{name}/ci_low"] = t.ci_low
+        m[f"accuracy/{name}/ci_high"] = t.ci_high
+        m[f"n/{name}"] = t.n
+    if record.tasks:
+        m["accuracy/mean"] = sum(t.value for t in record.tasks.values()) / len(record.tasks)
+    perf = record.perf
+    if perf and perf.latency:
+        for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            p = getattr(perf.latency, metric)
+            for q in ("p50", "p95", "p99"):
+                m[f"latency/{metric}_{q}"] = getattr(p, q)
+    if perf:
+        for point in perf.throughput:
+            m[f"throughput/bs{point.batch_size}_tokens_per_s"] = point.output_tokens_per_s
+    if record.memory:
+        mem = record.memory
+        m["memory/weight_gb"] = mem.weight_bytes / GB
+        for field in ("peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes", "artifact_bytes"):
+            value = getattr(mem, field)
+            if value is not None:
+                m[f"memory/{field.replace('_bytes', '')}_gb"] = value / GB
+    if record.fidelity:
+        m["fidelity/mean_kl"] = record.fidelity.mean_kl
+        m["fidelity/top1_agreement"] = record.fidelity.top1_agreement
+    if record.quant and record.quant.quantize_s is not None:
+        m["quant/time_s"] = record.quant.quantize_s
+    for stage, seconds in record.timings_s.items():
+        m[f"time/{stage}_s"] = seconds
+    return m
+
+
+def load_metrics(record: RunRecord) -> list[tuple[str, float, int]]:
+    """(name, value, step=concurrency) for each load level (rate-based levels use step=0)."""
+    out: list[tuple[str, float, int]] = []
+    for level in record.perf.load if record.perf else []:
+        step = level.concurrency or 0
+        base = "load" if level.concurrency is not None else f"load_rate{level.rate_rps:g}"
+        out += [(f"{base}/request_throughput", level.request_throughput, step),
+                (f"{base}/output_tokens_per_s", level.output_tokens_per_s, step),
+                (f"{base}/error_rate", level.errors / max(1, level.requests), step)]
+        if level.goodput_rps is not None:
+            out.append((f"{base}/goodput_rps", level.goodput_rps, step))
+        for metric in ("ttft_ms", "itl_ms", "e2e_ms", "queue_ms", "compute_ms"):
+            p: Any = getattr(level, metric)
+            if p is not None:
+                out += [(f"{base}/{metric}_{q}", getattr(p, q), step) for q in ("p50", "p90", "p95", "p99")]
+    return out
+
+
+def record_tags(record: RunRecord) -> dict[str, str]:
+    return {
+        "selector.model": record.variant.model,
+        "selector.precision": record.variant.precision,
+        "selector.size": f"{record.variant.params / 1e9:.2f}B" if record.variant.params else "",
+        "selector.status": record.status,
+        "selector.variant_key": record.key,
+        **({"selector.reason": record.reason[:5000]} if record.reason else {}),
+        **({"selector.failed_stage": record.error.stage} if record.error else {}),
+    }

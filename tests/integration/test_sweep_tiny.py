@@ -1,0 +1,108 @@
+"""The whole product on a tiny real model: `python -m selector` as a user runs it, into a temporary
+MLflow store, then a second run that resumes (measures nothing again)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.tiny import build_tiny_llama, write_model_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tiny_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("sweep")
+    model_dir = build_tiny_llama(base / "tiny-model")
+    write_model_config(base / "conf", "tiny", model_dir)
+    return {"base": base, "conf": base / "conf", "out": base / "out", "cache": base / "cache"}
+
+
+def run_selector(setup: dict[str, Path], *overrides: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable, "-m", "selector",
+        f"hydra.searchpath=[file://{setup['conf']}]",
+        f"output_dir={setup['out']}", f"cache_dir={setup['cache']}",
+        "measure=quick", "evalset.limit=3", *overrides,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def mlflow_runs(out: Path) -> tuple[list, list]:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("selector")
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("selector.role") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("selector.role") == "variant"]
+    return parents, children
+
+
+def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
+    first = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-5000:]
+
+    parents, children = mlflow_runs(tiny_setup["out"])
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    parent = parents[0]
+    assert sorted(c.info.run_name for c in children) == ["tiny/bf16", "tiny/fp32"]
+    for child in children:
+        m, tags, params = child.data.metrics, child.data.tags, child.data.params
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        assert tags["selector.status"] == "completed" and child.info.status == "FINISHED"
+        assert params["model"] == "tiny" and params["precision"] in ("fp32", "bf16")
+        for task in ("sentiment", "extraction", "arithmetic", "code"):
+            assert 0.0 <= m[f"accuracy/{task}"] <= 1.0
+            assert m[f"accuracy/{task}/ci_low"] <= m[f"accuracy/{task}"] <= m[f"accuracy/{task}/ci_high"]
+            assert m[f"n/{task}"] == 3
+        assert 0 < m["latency/ttft_ms_p50"] <= m["latency/ttft_ms_p99"]
+        assert m["latency/e2e_ms_p50"] >= m["latency/ttft_ms_p50"]
+        assert m["memory/weight_gb"] > 0 and m["memory/peak_rss_gb"] > 0
+    weights = {c.data.params["precision"]: c.data.metrics["memory/weight_gb"] for c in children}
+    assert weights["bf16"] == pytest.approx(weights["fp32"] / 2, rel=0.01)  # 2 bytes vs 4 per weight
+
+    sweep_dir = Path(parent.data.params["sweep_dir"])
+    report = json.loads((sweep_dir / "report" / "report.json").read_text())
+    assert {r["variant"]["precision"] for r in report["records"]} == {"fp32", "bf16"}
+    samples = (sweep_dir / "tiny" / "fp32" / "samples.jsonl").read_text().splitlines()
+    assert len(samples) == 12  # 4 tasks x 3 items, each with prompt, output, target, score
+    assert {"prompt", "output", "target", "score"} <= set(json.loads(samples[0]))
+    assert "Report:" in first.stdout
+
+    # Same sweep again: every variant is already measured, so nothing runs and MLflow still
+    # holds exactly one completed child per variant.
+    again = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16")
+    assert again.returncode == 0, again.stderr[-5000:]
+    assert "already measured" in again.stdout + again.stderr
+    parents, children = mlflow_runs(tiny_setup["out"])
+    assert len(parents) == 1
+    assert sorted(c.info.run_name for c in children) == ["tiny/bf16", "tiny/fp32"]
+
+
+def test_unknown_precision_is_a_usage_error(tiny_setup: dict[str, Path]) -> None:
+    result = subprocess.run([sys.executable, "-m", "selector", "precision=bf61"], capture_output=True,
+                            text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2
+    assert "precision=bf16" in result.stderr or "bf16" in result.stderr  # did-you-mean
+    assert "Traceback" not in result.stderr
+
+
+def test_sweep_without_gpu_fails_fast(tiny_setup: dict[str, Path]) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the Qwen sweep could start here")
+    result = subprocess.run(
+        [sys.executable, "-m", "selector", "+sweep=qwen", f"output_dir={tiny_setup['base'] / 'qwen-out'}"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "needs a CUDA GPU" in result.stderr and "Traceback" not in result.stderr
+    assert not (tiny_setup["base"] / "qwen-out" / "mlflow.db").exists()  # nothing written to MLflow
