@@ -1,0 +1,263 @@
+"""Run untrusted Python (model-written code) in a separate, limited process.
+
+What the sandbox does, in layers (each one is used where this machine allows it; `isolation()`
+says which are active):
+- a fresh `python -I` process (isolated mode: no user site, no PYTHON* variables) in a new empty
+  temporary folder that is removed afterwards, with an environment holding only PATH and LANG, so
+  no tokens or secrets reach it;
+- resource limits set with `resource.setrlimit` before exec: CPU seconds (RLIMIT_CPU), address space
+  (RLIMIT_AS), size of any file it writes, stdout included (RLIMIT_FSIZE), number of processes of its
+  user (RLIMIT_NPROC, stops fork bombs) and of open files (RLIMIT_NOFILE); no core dumps;
+- its own session and process group, killed whole (SIGKILL) on timeout and after it exits;
+- when this process runs as root, the code runs as the unprivileged user `nobody` instead, because
+  root ignores RLIMIT_NPROC and may write anywhere;
+- no network: it runs under `unshare --user --map-root-user --net` (a new, empty network namespace
+  with only a down loopback) when unprivileged user namespaces work here; otherwise the network is
+  NOT isolated and `isolation()` lacks "no-network".
+
+What it does not do: it is not a container. The code can read whatever its user can read, and
+write (files up to the size limit) wherever its user can write; a child process that calls
+setsid() leaves the process group and is not killed with it (it keeps its own CPU limit).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import pwd
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_NET_WRAPPER = ("unshare", "--user", "--map-root-user", "--net")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    passed: bool  # exited 0 within its limits
+    returncode: int | None  # negative: killed by that signal
+    timed_out: bool  # killed for running past its wall-clock or CPU limit
+    stdout_tail: str
+    stderr_tail: str
+    duration_s: float = 0.0
+    isolation: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Setup:
+    interpreter: str
+    user: int | None  # uid to run as (None: our own)
+    group: int | None
+    wrapper: tuple[str, ...]
+    features: tuple[str, ...]
+
+
+def run_python(
+    code: str,
+    timeout_s: float = 10,
+    memory_mb: int = 512,
+    *,
+    cpu_s: float | None = None,
+    max_file_mb: int = 16,
+    max_processes: int = 32,
+    max_open_files: int = 64,
+    tail_chars: int = 2000,
+) -> SandboxResult:
+    """Run `code` as a script in the sandbox; passed means exit status 0 within the limits."""
+    setup = _setup()
+    cpu_limit = max(1, math.ceil(cpu_s if cpu_s is not None else timeout_s))
+    workdir = Path(tempfile.mkdtemp(prefix="selector-sandbox-"))
+    try:
+        script = workdir / "main.py"
+        script.write_text(code, encoding="utf-8")
+        if setup.user is not None:
+            os.chown(workdir, setup.user, setup.group if setup.group is not None else -1)
+        limits = _limits(
+            cpu_limit,
+            memory_mb,
+            max_file_mb,
+            max_open_files,
+            processes=max_processes + _tasks_of_user(setup.user if setup.user is not None else os.getuid()),
+        )
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            started = time.monotonic()
+            proc = subprocess.Popen(
+                [*setup.wrapper, setup.interpreter, "-I", script.name],
+                cwd=workdir,
+                env=_scrubbed_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                close_fds=True,
+                start_new_session=True,
+                preexec_fn=functools.partial(_apply_limits, limits),
+                user=setup.user,
+                group=setup.group,
+                extra_groups=[] if setup.user is not None else None,
+            )
+            exited = _wait_without_reaping(proc.pid, timeout_s)
+            _kill_group(proc.pid)  # the leader is not reaped yet, so its group id cannot be reused
+            returncode = proc.wait()
+            duration = time.monotonic() - started
+            return SandboxResult(
+                passed=exited and returncode == 0,
+                returncode=returncode if exited else None,
+                timed_out=not exited or returncode == -signal.SIGXCPU,
+                stdout_tail=_tail(out, tail_chars),
+                stderr_tail=_tail(err, tail_chars),
+                duration_s=round(duration, 3),
+                isolation=setup.features,
+            )
+    finally:
+        _remove_tree(workdir)
+
+
+def isolation() -> tuple[str, ...]:
+    """The isolation layers active on this machine, e.g. ("rlimits", "unprivileged-user", "no-network")."""
+    return _setup().features
+
+
+# ---- limits ----
+
+
+def _limits(cpu_s: int, memory_mb: int, file_mb: int, open_files: int, processes: int) -> list[tuple[int, int]]:
+    return [
+        (resource.RLIMIT_CPU, cpu_s),
+        (resource.RLIMIT_AS, memory_mb * 1024 * 1024),
+        (resource.RLIMIT_FSIZE, file_mb * 1024 * 1024),
+        (resource.RLIMIT_NOFILE, open_files),
+        (resource.RLIMIT_NPROC, processes),
+        (resource.RLIMIT_CORE, 0),
+    ]
+
+
+def _apply_limits(limits: list[tuple[int, int]]) -> None:
+    """Runs in the child between fork and exec (after the uid switch): lower soft and hard limits."""
+    for which, value in limits:
+        hard = value + 1 if which == resource.RLIMIT_CPU else value  # SIGXCPU first, SIGKILL 1 s later
+        resource.setrlimit(which, (value, hard))
+
+
+def _tasks_of_user(uid: int) -> int:
+    """Threads the user already runs: RLIMIT_NPROC counts all of them, not only the sandbox's."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = Path(entry.path, "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields.get("Uid", "-1").split()[0]) == uid:
+            count += int(fields.get("Threads", "1").strip())
+    return count
+
+
+# ---- process handling ----
+
+
+def _wait_without_reaping(pid: int, timeout_s: float) -> bool:
+    """Sleep-poll until the process exits (True) or the timeout passes (False); leave it unreaped."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.002
+    while True:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+        if info is not None:
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.05)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(stream, chars: int) -> str:  # type: ignore[no-untyped-def]
+    size = stream.seek(0, os.SEEK_END)
+    stream.seek(max(0, size - chars * 4))  # up to 4 bytes a character in UTF-8
+    return stream.read().decode("utf-8", errors="replace")[-chars:]
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove the work folder even if the code made parts of it unreadable."""
+    shutil.rmtree(path, ignore_errors=True)
+    if path.exists():
+        for root, dirs, _ in os.walk(path):
+            for name in dirs:
+                try:
+                    os.chmod(os.path.join(root, name), 0o700)
+                except OSError:
+                    pass
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _scrubbed_env() -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", os.defpath), "LANG": os.environ.get("LANG", "C.UTF-8")}
+
+
+# ---- what this machine allows (probed once per process) ----
+
+
+@functools.lru_cache(maxsize=1)
+def _setup() -> _Setup:
+    user = group = None
+    interpreter = sys.executable
+    features = ["rlimits", "process-group", "scrubbed-env"]
+    if os.geteuid() == 0:
+        dropped = _unprivileged_identity()
+        if dropped is not None:
+            user, group, interpreter = dropped
+    if user is not None or os.geteuid() != 0:
+        features.append("unprivileged-user")  # RLIMIT_NPROC holds only for non-root users
+    wrapper: tuple[str, ...] = ()
+    if shutil.which(_NET_WRAPPER[0]) and _runs([*_NET_WRAPPER, interpreter], user, group):
+        wrapper = _NET_WRAPPER
+        features.append("no-network")
+    return _Setup(interpreter, user, group, wrapper, tuple(features))
+
+
+def _unprivileged_identity() -> tuple[int, int, str] | None:
+    """(uid, gid, interpreter) of `nobody` with a Python it can execute, or None."""
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    candidates = [sys.executable, getattr(sys, "_base_executable", ""), os.path.realpath(sys.executable)]
+    candidates.append(shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or "")
+    for candidate in dict.fromkeys(c for c in candidates if c):
+        if _runs([candidate], nobody.pw_uid, nobody.pw_gid):
+            return nobody.pw_uid, nobody.pw_gid, candidate
+    return None
+
+
+def _runs(prefix: list[str], user: int | None, group: int | None) -> bool:
+    """Whether `prefix -I -c pass` starts and exits 0 as the given user."""
+    try:
+        done = subprocess.run(
+            [*prefix, "-I", "-c", "pass"],
+            env=_scrubbed_env(),
+            cwd=tempfile.gettempdir(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=20,
+            user=user,
+            group=group,
+            extra_groups=[] if user is not None else None,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0

@@ -1,0 +1,126 @@
+"""Run one task through an engine and score it: a TaskResult with its interval, and one
+SampleRecord per item (what the model saw, said, and how it scored)."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from selector.engines.base import Engine, GenerationRequest, LoglikelihoodRequest, Progress
+from selector.stats import bootstrap_interval, wilson_interval
+from selector.tasks.loader import Task
+from selector.tasks.metrics import ScoreInput, get_metric, pick_choice
+from selector.tasks.prompts import build_requests, resolve_style
+from selector.types import SampleRecord, TaskResult
+
+
+def evaluate_task(
+    engine: Engine,
+    task: Task,
+    model_name: str,
+    model_prompt_style: str,
+    confidence: float = 0.95,
+    on_sample: Callable[[SampleRecord], None] | None = None,
+    progress: Progress | None = None,
+) -> tuple[TaskResult, list[SampleRecord]]:
+    """Score every item of `task`. The whole task goes to the engine in one call, so it batches;
+    `progress` is called with the number of items just finished."""
+    style = resolve_style(task, model_name, model_prompt_style)
+    metric = get_metric(task.metric)
+    requests = build_requests(task, model_name, model_prompt_style)
+    if task.type == "generate":
+        outputs, prompts, extras = _generate(engine, requests, progress)  # type: ignore[arg-type]
+    else:
+        outputs, prompts, extras = _choose(engine, task, requests, progress)  # type: ignore[arg-type]
+
+    inputs = [
+        ScoreInput(output=out, target=item.targets[style], fields=item.fields, prompt=item.prompts[style], style=style)
+        for out, item in zip(outputs, task.items)
+    ]
+    scored = metric.score_batch(inputs, task.metric_args)
+    records = []
+    for item, prompt, out, extra, score in zip(task.items, prompts, outputs, extras, scored):
+        record = SampleRecord(
+            task=task.name,
+            id=item.id,
+            prompt=engine.render(prompt),
+            output=out,
+            target=item.targets[style],
+            score=score.value,
+            extra={"style": style, **extra, **score.detail},
+        )
+        records.append(record)
+        if on_sample is not None:
+            on_sample(record)
+
+    values = [s.value for s in scored]
+    n = len(values)
+    mean = sum(values) / n
+    if metric.binary:
+        low, high = wilson_interval(sum(values), n, confidence)
+        method = "wilson"
+    else:
+        low, high = bootstrap_interval(values, confidence)
+        method = "bootstrap"
+    result = TaskResult(
+        task=task.name,
+        metric=task.metric,
+        value=mean,
+        ci_low=low,
+        ci_high=high,
+        n=n,
+        higher_is_better=metric.higher_is_better,
+        ci_method=method,
+        item_scores={item.id: s.value for item, s in zip(task.items, scored)},
+    )
+    return result, records
+
+
+def _generate(
+    engine: Engine, requests: list[GenerationRequest], progress: Progress | None
+) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
+    generations = engine.generate(requests, progress=progress)
+    if len(generations) != len(requests):
+        raise RuntimeError(f"engine {engine.name} returned {len(generations)} generations for {len(requests)} requests")
+    extras = [{"prompt_tokens": g.prompt_tokens, "output_tokens": g.output_tokens} for g in generations]
+    return [g.text for g in generations], [r.prompt for r in requests], extras
+
+
+def _choose(
+    engine: Engine, task: Task, groups: list[list[LoglikelihoodRequest]], progress: Progress | None
+) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
+    flat = [r for group in groups for r in group]
+    results = engine.loglikelihood(flat, progress=_items_progress(groups, progress))
+    if len(results) != len(flat):
+        raise RuntimeError(f"engine {engine.name} returned {len(results)} scores for {len(flat)} requests")
+    outputs, extras = [], []
+    offsets = [0, *itertools.accumulate(len(g) for g in groups)]
+    for item, group, start in zip(task.items, groups, offsets):
+        scores = results[start : start + len(group)]
+        choices = task.choices_for(item)
+        best = pick_choice(scores, [r.continuation for r in group], task.metric_args.get("normalize", "none"))
+        outputs.append(choices[best])
+        extras.append({"logprobs": {c: s.logprob for c, s in zip(choices, scores)},
+                       "greedy": {c: s.is_greedy for c, s in zip(choices, scores)}})
+    return outputs, [g[0].context for g in groups], extras
+
+
+def _items_progress(groups: list[list[Any]], progress: Progress | None) -> Progress | None:
+    """Turn the engine's per-request progress into per-item progress (an item has one request per choice)."""
+    if progress is None:
+        return None
+    ends = list(itertools.accumulate(len(g) for g in groups))
+    done_requests = 0
+    done_items = 0
+
+    def update(finished: int) -> None:
+        nonlocal done_requests, done_items
+        done_requests += finished
+        now = bisect.bisect_right(ends, done_requests)
+        if now > done_items:
+            progress(now - done_items)
+            done_items = now
+
+    return update
