@@ -3,6 +3,8 @@
   python -m selector [overrides]        run a sweep (default: the offline ladder x default precisions)
   python -m selector list               models, precisions, eval sets and what can run here
   python -m selector select ...         re-run selection + report from stored records or MLflow
+  python -m selector plan [overrides]   the grid a sweep would run, with memory estimates per variant
+  python -m selector sync --from --to   copy sweeps between MLflow stores (local fallback -> server)
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 from selector.config import CONF_DIR
 from selector.errors import UserError
 
-SUBCOMMANDS = ("list", "select")
+SUBCOMMANDS = ("list", "select", "plan", "sync")
 
 
 def _hydra_entry() -> None:
@@ -64,4 +66,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
     sys.argv = [sys.argv[0], *argv]
-    _hydra_entry()
+    try:
+        _hydra_entry()
+    except KeyboardInterrupt:
+        print("\ninterrupted: the running variant was stopped and its MLflow runs marked KILLED; "
+              "run the same command again to resume (finished variants are not measured again).", file=sys.stderr)
+        sys.exit(130)

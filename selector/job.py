@@ -23,7 +23,7 @@ from selector.runner import JobFiles, VariantRun, now, partial_tasks
 from selector.types import ErrorInfo, RunRecord, Variant
 
 log = logging.getLogger("selector.job")
-LOG_TAIL_LINES = 60
+LOG_TAIL_LINES = 200  # a native crash prints a long module list after the useful lines
 
 
 def record_store(cfg: SelectorConfig) -> Path:
@@ -52,6 +52,7 @@ def _run_isolated(cfg: SelectorConfig, key: str, files: JobFiles) -> RunRecord:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # Ctrl-C reaches the sweep, which then stops the worker cleanly
+        preexec_fn=_die_with_parent,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
@@ -71,6 +72,15 @@ def _run_isolated(cfg: SelectorConfig, key: str, files: JobFiles) -> RunRecord:
     if files.record.exists() and not timed_out and proc.returncode == 0:
         return RunRecord.load(files.record)
     return _crash_record(cfg, key, files, proc.returncode, timed_out, "".join(tail))
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker is killed if the sweep dies (even by SIGKILL), so no orphan keeps running."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _tee(proc: subprocess.Popen, log_path: Path, tail: deque) -> None:  # type: ignore[type-arg]
@@ -113,7 +123,7 @@ def _crash_record(cfg: SelectorConfig, key: str, files: JobFiles, code: int | No
                       params=int(cfg.model.params_b * 1e9))
     return RunRecord(
         key=key, variant=variant, status="failed", reason=why,
-        error=ErrorInfo(type=kind, message=why, stage=stage, log_tail=tail[-6000:]),
+        error=ErrorInfo(type=kind, message=why, stage=stage, log_tail=tail[-12000:]),
         tasks=partial_tasks(files.dir), config=to_dict(cfg), started_at=now(), finished_at=now(),
     )
 

@@ -18,6 +18,7 @@ from typing import Iterator
 
 from selector.config import SelectorConfig, to_dict
 from selector.errors import UnavailableError
+from selector.faults import maybe_inject
 from selector.types import ErrorInfo, PerfResult, RunRecord, SampleRecord, TaskResult, Variant
 
 log = logging.getLogger("selector.runner")
@@ -74,6 +75,7 @@ class VariantRun:
         self.stage = stage
         self.files.set_stage(stage)
         log.info("stage %s: %s", stage, self.variant.name)
+        maybe_inject(self.variant.name, stage)
         t0 = time.perf_counter()
         try:
             yield
@@ -146,6 +148,36 @@ class VariantRun:
             self.record.quant = loaded.quant
             if loaded.quant.quantize_s:
                 self.record.timings_s["quantize"] = loaded.quant.quantize_s
+
+        if cfg.engine.kind == "openai":
+            # The variant's own server is what gets evaluated and load-tested. What only the
+            # in-process copy can tell (fidelity, weight memory) is taken first, then that copy is
+            # freed so the server has the memory and the device to itself.
+            from contextlib import ExitStack
+
+            from selector.measure.load import run_server_load
+            from selector.serving.session import release_model, served_engine, serving_checkpoint
+
+            checkpoint = serving_checkpoint(loaded, resolved, cfg.precision)
+            if cfg.measure.fidelity:
+                with self.timed("fidelity"):
+                    self._fidelity(loaded, tasks)
+            artifact = loaded.quant.artifact_bytes if loaded.quant and loaded.quant.artifact_bytes else None
+            self.record.memory = measure_memory(
+                loaded.model, device, artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
+            )
+            release_model(loaded)
+            with ExitStack() as server:  # stopped on the way out, whatever happens inside
+                with self.timed("load"):  # the server loads the checkpoint
+                    served = server.enter_context(served_engine(
+                        cfg.engine, model_path=checkpoint, dtype=cfg.precision.dtype, log_dir=self.files.dir))
+                with self.timed("evaluate"):
+                    self._evaluate(served.engine, tasks)
+                with self.timed("measure"):
+                    self.record.perf = PerfResult(device=device)
+                    if cfg.measure.load.enabled:
+                        self.record.perf.load = run_server_load(served, tasks, cfg)
+            return
 
         engine = HFEngine(loaded.model, loaded.tokenizer, cfg.engine.batch_size, cfg.engine.max_batch_tokens)
         with self.timed("evaluate"):

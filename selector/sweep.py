@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -58,6 +59,9 @@ class SweepCallback(Callback):
 
         setup_logging()
         self.t0 = time.time()
+        # SIGTERM (a scheduler's pre-emption, `kill`) stops the sweep like Ctrl-C: the running
+        # variant's worker is stopped and its MLflow runs end as KILLED.
+        signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
             planned, skey = preflight.plan(config, multirun)
         except UserError as e:
@@ -101,6 +105,10 @@ class SweepCallback(Callback):
             log.exception("selection/report failed; every variant's record is kept under %s", base)
             abort_sweep(base, f"{type(e).__name__}: {e}")
             sys.exit(1)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def _exit_usage(e: UserError) -> None:

@@ -10,42 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.tiny import build_tiny_llama, write_model_config
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def tiny_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("sweep")
-    model_dir = build_tiny_llama(base / "tiny-model")
-    write_model_config(base / "conf", "tiny", model_dir)
-    return {"base": base, "conf": base / "conf", "out": base / "out", "cache": base / "cache"}
-
-
-def run_selector(setup: dict[str, Path], *overrides: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable, "-m", "selector",
-        f"hydra.searchpath=[file://{setup['conf']}]",
-        f"output_dir={setup['out']}", f"cache_dir={setup['cache']}",
-        "measure=quick", "evalset.limit=3", *overrides,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-
-
-def mlflow_runs(out: Path) -> tuple[list, list]:
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("selector")
-    runs = client.search_runs([exp.experiment_id], max_results=1000)
-    parents = [r for r in runs if r.data.tags.get("selector.role") == "sweep"]
-    children = [r for r in runs if r.data.tags.get("selector.role") == "variant"]
-    return parents, children
+from tests.sweep_helpers import ROOT, mlflow_runs, run_selector
 
 
 def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
-    first = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16")
+    first = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=3")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-5000:]
 
     parents, children = mlflow_runs(tiny_setup["out"])
@@ -77,7 +46,7 @@ def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
 
     # Same sweep again: every variant is already measured, so nothing runs and MLflow still
     # holds exactly one completed child per variant.
-    again = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16")
+    again = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=3")
     assert again.returncode == 0, again.stderr[-5000:]
     assert "already measured" in again.stdout + again.stderr
     parents, children = mlflow_runs(tiny_setup["out"])

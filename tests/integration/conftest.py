@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.tiny import build_tiny_llama, write_model_config
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture
+def tiny_setup(tmp_path: Path, tiny_model_dir: Path) -> dict[str, Path]:
+    """A user's config folder with model=tiny, and fresh output and cache folders."""
+    write_model_config(tmp_path / "conf", "tiny", tiny_model_dir)
+    return {"base": tmp_path, "conf": tmp_path / "conf", "out": tmp_path / "out", "cache": tmp_path / "cache"}
