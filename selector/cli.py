@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import sys
+from pathlib import Path
 from selector.config import CONF_DIR
 from selector.errors import UserError
 
@@ -25,24 +26,34 @@ def _hydra_entry() -> None:
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(run_job)()
 
 
+def _config_dirs(parsed: list) -> list[Path]:  # type: ignore[type-arg]
+    """conf/ plus the user's own config folders given with hydra.searchpath=[file://...]."""
+    dirs = [CONF_DIR]
+    for o in parsed:
+        if o.key_or_group == "hydra.searchpath":
+            value = o.value()
+            for entry in value if isinstance(value, list) else [value]:
+                if str(entry).startswith("file://"):
+                    dirs.append(Path(str(entry)[len("file://"):]))
+    return dirs
+
+
 def check_group_choices(argv: list[str]) -> None:
     """Unknown model/precision/... names stop here with a did-you-mean, before Hydra starts."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
-    if any(a.startswith(("hydra.searchpath", "--config-dir", "-cd")) for a in argv):
-        return  # the user brings their own config folders: Hydra checks those
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception as e:
         raise UserError(f"command line: cannot parse the overrides: {e}") from None
+    dirs = _config_dirs(parsed)
     for o in parsed:
         group = o.key_or_group
-        folder = CONF_DIR / group
-        if "." in group or not folder.is_dir() or o.is_delete():
+        if "." in group or not (CONF_DIR / group).is_dir() or o.is_delete():
             continue
         values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
-        known = sorted(p.stem for p in folder.glob("*.yaml"))
+        known = sorted({p.stem for d in dirs for p in (d / group).glob("*.yaml")})
         for value in values:
             if value not in known:
                 close = difflib.get_close_matches(value, known, n=3)
@@ -54,6 +65,34 @@ def check_group_choices(argv: list[str]) -> None:
                 )
 
 
+def check_composes(argv: list[str]) -> None:
+    """Compose the sweep's first job now, so a bad key or value is a usage error (exit 2) with
+    Hydra's own explanation, instead of a failure after start-up."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = [a for a in argv if not a.startswith("-") and "=" in a]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as e:
+        raise UserError(f"command line: cannot parse the overrides: {e}") from None
+    first = []
+    for raw, o in zip(overrides, parsed):
+        if o.key_or_group.startswith("hydra.") and not o.key_or_group.startswith("hydra.searchpath"):
+            continue
+        if o.is_sweep_override():
+            prefix = raw.split("=", 1)[0]
+            first.append(f"{prefix}={next(iter(o.sweep_string_iterator()))}")
+        else:
+            first.append(raw)
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            compose("config", overrides=first)
+    except Exception as e:
+        text = " ".join(str(e).split())
+        raise UserError(f"command line: {text}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in SUBCOMMANDS:
@@ -62,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(getattr(commands, f"cmd_{argv[0]}")(argv[1:]))
     try:
         check_group_choices(argv)
+        check_composes(argv)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)

@@ -6,7 +6,7 @@ import logging
 import os
 import warnings
 
-NOISY = ("transformers", "torchao", "accelerate", "datasets", "urllib3", "mlflow", "alembic", "gptqmodel",
+NOISY = ("transformers", "bitsandbytes", "torchao", "accelerate", "datasets", "urllib3", "mlflow", "alembic", "gptqmodel",
          "llmcompressor", "compressed_tensors", "httpx", "filelock", "huggingface_hub")
 
 

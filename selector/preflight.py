@@ -107,7 +107,7 @@ def availability(cfg: SelectorConfig) -> tuple[bool, str]:
 def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]:
     """Compose and check every job of the sweep; return them with the sweep's key."""
     jobs = grid_overrides(config) if multirun else [list(config.hydra.overrides.task)]
-    planned = []
+    planned, choices = [], {}
     for overrides in jobs:
         job, choices = compose_job(config, overrides) if multirun else (config, dict(config.hydra.runtime.choices))
         cfg = job_config(job, choices)
@@ -116,6 +116,7 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
         planned.append(PlannedVariant(cfg, overrides, variant_key(cfg, ehash), ok, why))
     if not planned:
         raise UserError("the sweep has no variants: check hydra.sweeper.params and your overrides")
+    check_policy(planned[0].cfg, choices.get("policy"))
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned])
 
@@ -129,3 +130,29 @@ def unavailable_message(planned: list[PlannedVariant]) -> str:
         "sweeps: a CUDA build of torch and a GPU), or pick variants that run here, e.g. "
         "`python -m selector model=smollm2-135m precision=bf16,int8`."
     )
+
+
+def check_policy(cfg: SelectorConfig, choice: str | None) -> list[str]:
+    """A policy that cannot be applied stops the sweep now, not after hours of measuring.
+    Returns (and logs) warnings about floors that name no task, and tasks without a floor."""
+    import logging
+
+    from selector.config import CONF_DIR, yaml_line
+    from selector.selection.checks import validate_policy
+
+    try:
+        validate_policy(cfg.policy)
+    except ConfigError as e:
+        path = CONF_DIR / "policy" / f"{choice}.yaml" if choice else None
+        line = yaml_line(path, e.field.split(".")) if path else None
+        where = f"conf/policy/{choice}.yaml" + (f":{line}" if line else "") if choice else "policy"
+        raise ConfigError(where, f"policy.{e.field}", e.problem) from None
+    tasks = [t.name for t in load_tasks(cfg)[0]]
+    warnings = [f"policy floor for '{t}' is ignored: the eval set has no task of that name (tasks: {', '.join(tasks)})"
+                for t in cfg.policy.floors if t not in tasks and t != "weighted"]
+    if cfg.policy.default_floor is None:
+        warnings += [f"task '{t}' has no accuracy floor, so it does not constrain the choice "
+                     f"(set policy.floors.{t}=0.8 or policy.default_floor)" for t in tasks if t not in cfg.policy.floors]
+    for w in warnings:
+        logging.getLogger("selector.preflight").warning(w)
+    return warnings
