@@ -21,6 +21,9 @@ class ConfigError(UserError):
         at = f" field '{field}'" if field else ""
         super().__init__(f"{where}:{at} {problem}".strip())
 
+    def __reduce__(self):  # type: ignore[no-untyped-def]  # crosses process boundaries (Ray, joblib)
+        return (type(self), (self.where, self.field, self.problem))
+
 
 class EvalsetError(UserError):
     def __init__(self, path: str, line: int | None, field: str | None, problem: str) -> None:
@@ -28,6 +31,9 @@ class EvalsetError(UserError):
         where = f"{path}:{line}" if line else path
         at = f" field '{field}':" if field else ""
         super().__init__(f"{where}:{at} {problem}")
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.path, self.line, self.field, self.problem))
 
 
 class UnavailableError(Exception):

@@ -65,6 +65,8 @@ def environment(device: str | None = None) -> dict[str, Any]:
 
         env["device"] = device
         env["torch_threads"] = torch.get_num_threads()
+        if "CUDA_VISIBLE_DEVICES" in os.environ:
+            env["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
         if device.startswith("cuda") and torch.cuda.is_available():
             props = torch.cuda.get_device_properties(torch.device(device))
             env["gpu"] = props.name

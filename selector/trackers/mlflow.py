@@ -9,6 +9,7 @@ that run variants elsewhere. Resume finds earlier runs by tags: `selector.sweep_
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -21,22 +22,81 @@ from selector.types import RunRecord
 log = logging.getLogger("selector.mlflow")
 T = TypeVar("T")
 RECORD_ARTIFACT = "record.json"
+RETRIES_ENV = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"  # read by MLflow's HTTP client on every request
+
+
+def local_uri(output_dir: Path) -> str:
+    return f"sqlite:///{Path(output_dir).resolve() / 'mlflow.db'}"
+
+
+def is_remote(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def server_unreachable(e: Exception) -> bool:
+    """A connection failure, timeout or 5xx that outlasted MLflow's retries; not a refusal (401/403/404)."""
+    from mlflow.exceptions import MlflowException, RestException
+
+    if not isinstance(e, MlflowException) or isinstance(e, RestException):
+        return False
+    text = str(e)
+    return "failed with exception" in text or "timeout" in text.lower()
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
+def _store_lock(uri: str) -> Any:
+    """Two sweeps opening a new SQLite store at once would both run MLflow's schema migration
+    and one would fail; a file lock beside the database makes the first one win cleanly."""
+    from contextlib import nullcontext
+
+    from filelock import FileLock
+
+    if not uri.startswith("sqlite:///"):
+        return nullcontext()
+    return FileLock(uri.removeprefix("sqlite:///") + ".lock", timeout=300)
 
 
 class MlflowTracker:
     def __init__(self, cfg: TrackerConfig, experiment: str, output_dir: Path) -> None:
+        output_dir = Path(output_dir).resolve()
+        self.experiment_name = cfg.experiment or experiment
+        self.fallback_from: str | None = None  # the server we could not reach, when recording locally
+        uri = cfg.tracking_uri or local_uri(output_dir)
+        if not is_remote(uri):
+            self._connect(uri, cfg.artifact_location, output_dir, max(1, cfg.retries))
+            return
+        # A tracking server: MLflow's HTTP client retries transient failures (connection errors,
+        # 408/429/5xx) with backoff itself, so our own loop makes a single attempt per call.
+        os.environ[RETRIES_ENV] = str(max(0, cfg.retries))
+        try:
+            self._connect(uri, cfg.artifact_location, output_dir, 1)
+        except Exception as e:
+            if not server_unreachable(e):
+                raise
+            self.fallback_from = uri
+            fallback = local_uri(output_dir)
+            log.warning(
+                "MLflow server %s is unreachable (%s). This sweep is recorded locally in %s instead. "
+                "When the server is back, copy it there with:\n  python -m selector sync --from %s --to %s",
+                uri, _first_line(e), fallback, fallback, uri,
+            )
+            self._connect(fallback, None, output_dir, max(1, cfg.retries))
+
+    def _connect(self, uri: str, artifact_location: str | None, output_dir: Path, attempts: int) -> None:
         from mlflow import MlflowClient
 
-        output_dir = Path(output_dir).resolve()
-        self.retries = max(1, cfg.retries)
-        self.uri = cfg.tracking_uri or f"sqlite:///{output_dir / 'mlflow.db'}"
-        local = self.uri.startswith(("sqlite:", "file:")) or "://" not in self.uri
+        self.uri, self.retries = uri, attempts
+        local = uri.startswith(("sqlite:", "file:")) or "://" not in uri
         if local:
             output_dir.mkdir(parents=True, exist_ok=True)
-        artifacts = cfg.artifact_location or ((output_dir / "mlartifacts").as_uri() if local else None)
-        self.client = MlflowClient(tracking_uri=self.uri)
-        self.experiment_name = cfg.experiment or experiment
-        self.experiment_id = self._retry(lambda: self._experiment(self.experiment_name, artifacts))
+        # Elsewhere the store decides: a server with --serve-artifacts proxies its own artifact store.
+        artifacts = artifact_location or ((output_dir / "mlartifacts").as_uri() if local else None)
+        with _store_lock(uri):
+            self.client = MlflowClient(tracking_uri=uri)
+            self.experiment_id = self._retry(lambda: self._experiment(self.experiment_name, artifacts))
 
     # ---- plumbing ------------------------------------------------------------------------
     def _retry(self, fn: Callable[[], T]) -> T:

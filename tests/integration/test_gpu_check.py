@@ -1,0 +1,47 @@
+"""scripts/gpu_check.sh: stops at once, clearly, where there is no CUDA; its plumbing (selector's
+precision backends, latency and memory measurement, the JSON) checked on CPU with --device cpu."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+
+
+def cuda_here() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def test_exits_early_with_a_clear_message_without_cuda(tmp_path: Path) -> None:
+    if cuda_here():
+        pytest.skip("this machine has CUDA: the check would run for real")
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run(["bash", str(SCRIPT), "--out", str(out)], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}, cwd=tmp_path)
+    assert done.returncode == 3
+    assert "no CUDA device here" in done.stderr and "Nothing was run" in done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()
+
+
+@pytest.mark.slow
+def test_plumbing_on_cpu_writes_one_json(tmp_path: Path) -> None:
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu", "--out", str(out),
+                           "--precisions", "bf16,int8", "--layers", "1", "--warmup", "0", "--repeats", "1"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["device"] == "cpu" and report["gpu"] is None
+    results = {r["precision"]: r for r in report["results"]}
+    assert results["bf16"]["status"] == results["int8"]["status"] == "ok"
+    assert "Linear8bitLt" in results["int8"]["linear_classes"]  # bitsandbytes really quantized it
+    assert results["int8"]["weight_bytes"] < results["bf16"]["weight_bytes"]
+    assert results["bf16"]["latency"]["e2e_ms"]["p50"] > 0

@@ -1,0 +1,127 @@
+"""Variants as Ray tasks on a real Ray cluster this test starts on this machine (`ray start --head`,
+joined at 127.0.0.1), then the same two variants one after the other with Hydra's local launcher.
+
+The Ray workers start in a directory of their own and without the sweep's environment variable, as
+on a multi-node cluster: they find the parent MLflow run through sweep.json in the sweep folder.
+Both wall times are printed (run with -s to see them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.tiny import build_tiny_llama, write_model_config
+
+pytest.importorskip("ray")
+pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def ray_head(num_cpus: int = 2) -> Iterator[str]:
+    """A Ray head node in its own process group; stopped (and only it) when the block ends."""
+    port = free_port()
+    # Ray's unix socket paths must stay under ~107 characters: a short temp dir, not tmp_path.
+    temp = Path(tempfile.mkdtemp(prefix="ray"))
+    log = temp / "head.log"
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--node-ip-address=127.0.0.1",
+           f"--port={port}", f"--num-cpus={num_cpus}", "--num-gpus=0", "--include-dashboard=false",
+           "--disable-usage-stats", f"--temp-dir={temp}", "--object-store-memory=100000000", "--block"]
+    with log.open("w") as out:
+        head = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=temp)
+    try:
+        deadline = time.monotonic() + 180
+        while "Ray runtime started" not in log.read_text():
+            assert head.poll() is None, f"ray start exited with {head.returncode}:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"Ray did not start within 180 s:\n{log.read_text()[-3000:]}"
+            time.sleep(1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        for sig, wait in ((signal.SIGTERM, 120), (signal.SIGKILL, 30)):
+            try:
+                os.killpg(head.pid, sig)  # the head's own group: its GCS, raylet and workers
+            except ProcessLookupError:
+                break
+            try:
+                head.wait(timeout=wait)
+                time.sleep(2)  # its children leave the group a moment after it exits
+            except subprocess.TimeoutExpired:
+                continue
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("ray")
+    write_model_config(base / "conf", "tiny", build_tiny_llama(base / "tiny-model"))
+    return {"base": base, "conf": base / "conf", "cache": base / "cache"}
+
+
+def run_sweep(tiny: dict[str, Path], out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
+    cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tiny['conf']}]", f"output_dir={out}",
+           f"cache_dir={tiny['cache']}", "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=2",
+           "threads=1", *extra]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
+                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    return done, time.perf_counter() - t0
+
+
+def mlflow_runs(out: Path) -> tuple[list, list]:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("selector")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    return ([r for r in runs if r.data.tags.get("selector.role") == "sweep"],
+            [r for r in runs if r.data.tags.get("selector.role") == "variant"])
+
+
+def test_two_variants_as_ray_tasks_reach_mlflow(tiny: dict[str, Path]) -> None:
+    with ray_head(num_cpus=2) as address:
+        ray_done, ray_wall = run_sweep(tiny, tiny["base"] / "out-ray", "hydra/launcher=ray_cpus",
+                                       f"hydra.launcher.ray.init.address={address}")
+    assert ray_done.returncode == 0, ray_done.stdout[-2000:] + ray_done.stderr[-6000:]
+    assert "Ray Launcher is launching 2 jobs" in ray_done.stdout + ray_done.stderr
+
+    parents, children = mlflow_runs(tiny["base"] / "out-ray")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert sorted(c.info.run_name for c in children) == ["tiny/bf16", "tiny/fp32"]
+    for child in children:
+        assert child.data.tags["mlflow.parentRunId"] == parents[0].info.run_id  # found via sweep.json
+        assert child.data.tags["selector.status"] == "completed" and child.info.status == "FINISHED"
+        assert child.data.metrics["n/sentiment"] == 2
+    # The two variants ran at the same time, each in its own Ray task.
+    a, b = sorted(children, key=lambda r: r.info.start_time)
+    assert b.info.start_time < a.info.end_time, "the Ray tasks ran one after the other"
+    sweep_dir = Path(parents[0].data.params["sweep_dir"])
+    report = json.loads((sweep_dir / "report" / "report.json").read_text())
+    assert {r["variant"]["precision"] for r in report["records"]} == {"fp32", "bf16"}
+
+    seq_done, seq_wall = run_sweep(tiny, tiny["base"] / "out-local")
+    assert seq_done.returncode == 0, seq_done.stderr[-6000:]
+    assert len(mlflow_runs(tiny["base"] / "out-local")[1]) == 2
+    print(f"\nwall time, 2 variants (tiny model, evalset.limit=2, measure=quick, threads=1): "
+          f"Ray tasks on a local 2-CPU cluster {ray_wall:.1f} s, local launcher (sequential) {seq_wall:.1f} s")
