@@ -25,12 +25,16 @@ log = logging.getLogger("selector.app")
 def run_job(raw: DictConfig) -> dict[str, Any]:
     setup_logging()
     hc = HydraConfig.get()
+    base = hc.sweep.dir if hc.mode.name == "MULTIRUN" else hc.run.dir
+    job_dir = _enter_launch_dir(hc.runtime.cwd, Path(hc.runtime.output_dir), Path(str(base)).is_absolute())
     cfg = preflight.job_config(OmegaConf.create(raw), dict(hc.runtime.choices))
-    job_dir = Path(hc.runtime.output_dir)
     tasks, ehash = preflight.load_tasks(cfg)
     key = variant_key(cfg, ehash)
     state = read_state()
     parent = state.get("parent_run_id")
+    if state.get("tracking_uri") and cfg.tracker.kind == "mlflow":
+        # The store the parent run is in: a local fallback when the server was down at sweep start.
+        cfg.tracker.tracking_uri = state["tracking_uri"]
     tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
     extra = {"evalset_hash": ehash, "sweep_key": state.get("sweep_key", "")}
     name = f"{cfg.model.name}/{cfg.precision.name}"
@@ -57,6 +61,23 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     _save(record, cfg, job_dir)
     log.info("%s: %s%s", name, record.status, f" ({record.reason})" if record.reason else "")
     return {"variant": name, "status": record.status}
+
+
+def _enter_launch_dir(launch_cwd: str, job_dir: Path, base_is_absolute: bool) -> Path:
+    """Run where the sweep was launched, so relative paths (evalsets/, outputs/) mean the same in a
+    Ray or SLURM worker, which starts in a directory of its own, as on the command line. Returns
+    the job folder, re-based there when Hydra placed it under the worker's own directory."""
+    import os
+
+    here = Path.cwd()
+    if not launch_cwd or not Path(launch_cwd).is_dir() or here == Path(launch_cwd):
+        return job_dir
+    log.info("changing directory to %s (where the sweep was launched)", launch_cwd)
+    os.chdir(launch_cwd)
+    if not base_is_absolute and job_dir.is_relative_to(here):  # Hydra made it absolute against the worker's cwd
+        job_dir = Path(launch_cwd) / job_dir.relative_to(here)
+        job_dir.mkdir(parents=True, exist_ok=True)
+    return job_dir
 
 
 def _completed_record(cfg: SelectorConfig, tracker: Any, parent: str | None, key: str) -> RunRecord | None:
