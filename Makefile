@@ -17,7 +17,7 @@ install: $(VENV)/bin/python
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e ".[quant]"
 
 install-dev: $(VENV)/bin/python
-	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e ".[quant,scale,dev]"
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e ".[quant,serve,scale,dev]"
 
 browser:
 	@scripts/install_browser.sh

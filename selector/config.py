@@ -84,8 +84,11 @@ class EngineConfig:
     # openai engine
     base_url: Optional[str] = None
     api_key_env: Optional[str] = None  # name of the env var holding the key (never the key itself)
-    server_command: Optional[str] = None  # template started per variant, e.g. "vllm serve {model_dir} --port {port}"
+    # template started per variant, e.g. "vllm serve {model_path} --host {host} --port {port}"; placeholders:
+    # {model_path} {port} {host} {dtype} {served_model} (see docs/load-testing.md)
+    server_command: Optional[str] = None
     ready_timeout_s: float = 600.0
+    stop_timeout_s: float = 20.0  # SIGTERM to the server's process group, then SIGKILL after this long
     request_timeout_s: float = 300.0
     served_model: Optional[str] = None
     chat: bool = True  # use /v1/chat/completions for chat-style prompts

@@ -170,7 +170,8 @@ class VariantRun:
             with ExitStack() as server:  # stopped on the way out, whatever happens inside
                 with self.timed("load"):  # the server loads the checkpoint
                     served = server.enter_context(served_engine(
-                        cfg.engine, model_path=checkpoint, dtype=cfg.precision.dtype, log_dir=self.files.dir))
+                        cfg.engine, model_path=checkpoint, dtype=cfg.precision.dtype, log_dir=self.files.dir,
+                        threads=cfg.threads))
                 with self.timed("evaluate"):
                     self._evaluate(served.engine, tasks)
                 with self.timed("measure"):

@@ -107,7 +107,8 @@ class LoadLevel(_Model):
     batch_wait_ms: Percentiles | None = None
     compute_ms: Percentiles | None = None
     goodput_rps: float | None = None
-    cpu_util_pct: float | None = None
+    cpu_util_pct: float | None = None  # of what is measured: the worker, or the server's process tree
+    harness_cpu_pct: float | None = None  # of the load generator itself (it must stay small)
     gpu_util_pct: float | None = None
     gpu_mem_bytes: int | None = None
 

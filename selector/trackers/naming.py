@@ -88,9 +88,12 @@ def load_metrics(record: RunRecord) -> list[tuple[str, float, int]]:
         out += [(f"{base}/request_throughput", level.request_throughput, step),
                 (f"{base}/output_tokens_per_s", level.output_tokens_per_s, step),
                 (f"{base}/error_rate", level.errors / max(1, level.requests), step)]
-        if level.goodput_rps is not None:
-            out.append((f"{base}/goodput_rps", level.goodput_rps, step))
-        for metric in ("ttft_ms", "itl_ms", "e2e_ms", "queue_ms", "compute_ms"):
+        for name in ("goodput_rps", "cpu_util_pct", "harness_cpu_pct", "gpu_util_pct"):
+            if getattr(level, name) is not None:
+                out.append((f"{base}/{name}", getattr(level, name), step))
+        if level.gpu_mem_bytes is not None:
+            out.append((f"{base}/gpu_mem_gb", level.gpu_mem_bytes / GB, step))
+        for metric in ("ttft_ms", "itl_ms", "e2e_ms", "queue_ms", "batch_wait_ms", "compute_ms"):
             p: Any = getattr(level, metric)
             if p is not None:
                 out += [(f"{base}/{metric}_{q}", getattr(p, q), step) for q in ("p50", "p90", "p95", "p99")]

@@ -1,0 +1,113 @@
+"""A server's own view of where time goes, from its Prometheus `/metrics` text.
+
+vLLM and TGI keep histograms of how long each request waited in their queue and how long it
+computed. Scraping before and after a load level and subtracting gives the histogram of just that
+level's requests; percentiles are then interpolated within buckets, as Prometheus'
+`histogram_quantile` does (so they are as fine as the server's bucket edges, no finer). Servers
+without these metrics (or without `/metrics`) simply give nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from selector.types import Percentiles
+
+log = logging.getLogger("selector.serving.prometheus")
+
+# Histogram names in seconds, first match wins.
+QUEUE_HISTOGRAMS = ("vllm:request_queue_time_seconds", "tgi_request_queue_duration")
+COMPUTE_HISTOGRAMS = ("vllm:request_inference_time_seconds", "tgi_request_inference_duration")
+
+
+@dataclass
+class Histogram:
+    buckets: list[tuple[float, float]]  # (upper bound `le`, cumulative count), ascending, ends at +inf
+    count: float
+    total: float  # sum of observed values
+
+    def minus(self, before: Histogram | None) -> Histogram:
+        if before is None:
+            return self
+        old = dict(before.buckets)
+        return Histogram([(le, c - old.get(le, 0.0)) for le, c in self.buckets],
+                         self.count - before.count, self.total - before.total)
+
+
+def parse_histograms(text: str) -> dict[str, Histogram]:
+    """Every histogram in a Prometheus text exposition, summed over its label sets."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, Histogram] = {}
+    for family in text_string_to_metric_families(text):
+        if family.type != "histogram":
+            continue
+        buckets: dict[float, float] = {}
+        count = total = 0.0
+        for s in family.samples:
+            if s.name.endswith("_bucket"):
+                le = float(s.labels["le"])  # "+Inf" parses to inf
+                buckets[le] = buckets.get(le, 0.0) + s.value
+            elif s.name.endswith("_count"):
+                count += s.value
+            elif s.name.endswith("_sum"):
+                total += s.value
+        if buckets:
+            out[family.name] = Histogram(sorted(buckets.items()), count, total)
+    return out
+
+
+def quantile(h: Histogram, q: float) -> float:
+    """Linear interpolation inside the bucket that holds rank q*count (histogram_quantile)."""
+    rank = q * h.count
+    lower, below = 0.0, 0.0
+    for le, cum in h.buckets:
+        if cum >= rank:
+            if math.isinf(le):  # beyond the last finite edge: the edge is all we know
+                return lower
+            inside = cum - below
+            return lower + (le - lower) * ((rank - below) / inside if inside > 0 else 1.0)
+        lower, below = le, cum
+    return lower
+
+
+def percentiles_ms(h: Histogram | None) -> Percentiles | None:
+    if h is None or h.count <= 0:
+        return None
+    qs = [quantile(h, q) * 1e3 for q in (0.50, 0.90, 0.95, 0.99)]
+    return Percentiles(p50=qs[0], p90=qs[1], p95=qs[2], p99=qs[3], mean=h.total / h.count * 1e3, n=int(h.count))
+
+
+def first_present(hists: dict[str, Histogram], names: tuple[str, ...]) -> Histogram | None:
+    return next((hists[n] for n in names if n in hists), None)
+
+
+async def scrape(client: Any, url: str) -> dict[str, Histogram] | None:
+    """The histograms at `url` (an httpx.AsyncClient does the GET); None when there are none."""
+    try:
+        resp = await client.get(url, timeout=10.0)
+        if resp.status_code != 200:
+            return None
+        return parse_histograms(resp.text)
+    except Exception as e:  # no metrics endpoint, or not Prometheus text: nothing to add
+        log.debug("no Prometheus metrics at %s: %s", url, e)
+        return None
+
+
+def level_split(before: dict[str, Histogram] | None, after: dict[str, Histogram] | None) -> dict[str, Percentiles]:
+    """queue_ms / compute_ms percentiles for the requests a load level added to the server's histograms."""
+    if not after:
+        return {}
+    out = {}
+    for field, names in (("queue_ms", QUEUE_HISTOGRAMS), ("compute_ms", COMPUTE_HISTOGRAMS)):
+        now = first_present(after, names)
+        if now is None:
+            continue
+        then = first_present(before or {}, names)
+        p = percentiles_ms(now.minus(then))
+        if p is not None:
+            out[field] = p
+    return out

@@ -1,0 +1,104 @@
+"""The in-process load test on a tiny real Llama: eval-set prompts through the dynamic batching
+scheduler, and what the rest of the product does with the levels (MLflow metric names, the load
+plots, latency limits in selection)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from selector.commands import _compose
+from selector.types import PerfResult, RunRecord, Variant
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM
+
+    from tests.tiny import build_tiny_llama
+
+    path = build_tiny_llama(tmp_path_factory.mktemp("tiny") / "model")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    return AutoModelForCausalLM.from_pretrained(path).eval(), tok
+
+
+def config(*overrides: str):  # type: ignore[no-untyped-def]
+    cfg = _compose(["measure=load-quick", *overrides])
+    cfg.evalset.path = str(ROOT / cfg.evalset.path)
+    return cfg
+
+
+def tasks_for(cfg):  # type: ignore[no-untyped-def]
+    from selector.tasks import load_evalset
+
+    return load_evalset(cfg.evalset.path, cfg.evalset.tasks, 4)
+
+
+def test_run_inprocess_load_levels(tiny: tuple[Any, Any]) -> None:
+    from selector.measure.load import run_inprocess_load
+
+    cfg = config("+measure.load.slo.e2e_ms=60000")  # a new key in a dict: Hydra wants the +
+    levels = run_inprocess_load(*tiny, tasks_for(cfg), cfg)
+    assert [lv.concurrency for lv in levels] == [1, 2]
+    for lv in levels:
+        assert lv.requests == 6 and lv.errors == 0 and lv.rate_rps is None
+        assert lv.duration_s > 0 and lv.request_throughput == pytest.approx(6 / lv.duration_s)
+        assert lv.output_tokens_per_s > 0
+        assert lv.goodput_rps == pytest.approx(lv.request_throughput)  # a generous SLO: every request meets it
+        for p in (lv.ttft_ms, lv.e2e_ms, lv.queue_ms, lv.batch_wait_ms, lv.compute_ms):
+            assert p is not None and p.n == 6 and 0 <= p.p50 <= p.p90 <= p.p95 <= p.p99
+        assert lv.ttft_ms.p50 <= lv.e2e_ms.p50 and lv.ttft_ms.mean <= lv.e2e_ms.mean
+        # Every request's three parts add up to its latency, so their means do too.
+        assert lv.queue_ms.mean + lv.batch_wait_ms.mean + lv.compute_ms.mean == pytest.approx(lv.e2e_ms.mean, rel=1e-6)
+        assert lv.cpu_util_pct is not None and 0 < lv.cpu_util_pct <= 100
+        assert lv.gpu_util_pct is None  # CPU run: no GPU sampling
+
+
+def test_queue_delay_trades_batch_wait(tiny: tuple[Any, Any]) -> None:
+    from selector.measure.load import inprocess_load, load_requests
+
+    waits = {}
+    for delay in (0.0, 60.0):
+        cfg = config("measure.load.concurrency=[1]", f"measure.load.max_queue_delay_ms={delay}")
+        requests = load_requests(tasks_for(cfg), "tiny", "chat", 4, 4)
+        (outcome,) = inprocess_load(*tiny, requests, cfg.measure.load, warmup=requests[:1])
+        waits[delay] = outcome.level.batch_wait_ms
+        for t in outcome.traces:
+            assert t.queue_ms + t.batch_wait_ms + t.compute_ms == pytest.approx(t.e2e_ms, abs=1e-6)
+        assert outcome.harness_cpu_pct < 10  # the driver sleeps while the model computes
+    assert waits[0.0].p99 < 10
+    assert 59 <= waits[60.0].p50 < 60 + 60  # alone in the queue: waits out the full delay
+
+
+def test_levels_flow_into_metrics_plots_and_selection(tiny: tuple[Any, Any]) -> None:
+    from selector.measure.load import run_inprocess_load
+    from selector.report.plots_load import latency_vs_concurrency, throughput_vs_latency
+    from selector.selection.measures import latency_value, parse_latency_key
+    from selector.trackers.naming import load_metrics
+
+    cfg = config()
+    levels = run_inprocess_load(*tiny, tasks_for(cfg), cfg)
+    record = RunRecord(key="k", variant=Variant(model="tiny", precision="fp32"), status="completed",
+                       perf=PerfResult(device="cpu", load=levels))
+    record = RunRecord.model_validate_json(record.model_dump_json())  # what a stored record gives back
+
+    metrics = load_metrics(record)
+    steps = {(name, step) for name, _, step in metrics}
+    assert ("load/e2e_ms_p95", 1) in steps and ("load/e2e_ms_p95", 2) in steps
+    assert ("load/queue_ms_p50", 2) in steps and ("load/compute_ms_p99", 1) in steps
+    by_key = {(n, s): v for n, v, s in metrics}
+    assert by_key[("load/request_throughput", 2)] == pytest.approx(levels[1].request_throughput)
+
+    assert latency_value(record, parse_latency_key("e2e_ms_p95@2")) == pytest.approx(levels[1].e2e_ms.p95)
+    assert latency_value(record, parse_latency_key("batch_wait_ms_p50@1")) == pytest.approx(levels[0].batch_wait_ms.p50)
+    assert latency_value(record, parse_latency_key("e2e_ms_p95@8")) is None  # a level that was not run
+
+    for plot in (latency_vs_concurrency([record]), throughput_vs_latency([record])):
+        assert plot is not None and plot.svg.startswith("<svg") and "tiny/fp32" in plot.svg
