@@ -117,6 +117,7 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     if not planned:
         raise UserError("the sweep has no variants: check hydra.sweeper.params and your overrides")
     check_policy(planned[0].cfg, choices.get("policy"))
+    check_engine_and_load(planned[0].cfg, choices)
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned])
 
@@ -156,3 +157,21 @@ def check_policy(cfg: SelectorConfig, choice: str | None) -> list[str]:
     for w in warnings:
         logging.getLogger("selector.preflight").warning(w)
     return warnings
+
+
+ENGINES = ("hf", "openai")
+
+
+def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
+    """Engine and load-test settings are checked now, not after every variant's evaluation."""
+    if cfg.engine.kind not in ENGINES:
+        where = f"conf/engine/{choices.get('engine', 'hf')}.yaml"
+        raise ConfigError(where, "engine.kind", f"unknown engine {cfg.engine.kind!r}; choose one of {', '.join(ENGINES)}")
+    if cfg.engine.kind == "openai" and not (cfg.engine.base_url or cfg.engine.server_command):
+        raise ConfigError(f"conf/engine/{choices.get('engine', 'openai')}.yaml", "engine.base_url",
+                          "engine=openai needs base_url (attach to a running server) or server_command (start one per variant)")
+    if cfg.measure.load.enabled:
+        from selector.measure.load import check_slo, levels_of
+
+        check_slo(cfg.measure.load.slo)
+        levels_of(cfg.measure.load)
