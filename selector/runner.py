@@ -109,13 +109,7 @@ class VariantRun:
     def _run(self) -> None:
         import torch
 
-        from selector import models
-        from selector.engines.hf import HFEngine
         from selector.measure.environment import environment
-        from selector.measure.latency import measure_latency, measure_throughput
-        from selector.measure.memory import measure_memory, reset_cuda_peak
-        from selector.precisions import get_backend
-        from selector.precisions.base import LoadContext, dir_bytes
         from selector.tasks import load_evalset
 
         cfg = self.cfg
@@ -124,70 +118,62 @@ class VariantRun:
         torch.manual_seed(cfg.seed)
         device = resolve_device(cfg.device)
         self.record.environment = environment(device)
+        backend = self._check_available(device)
+        tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
+        with self.timed("load"):
+            resolved, loaded = self._materialize(backend, device, tasks)
+        if cfg.engine.kind == "openai":
+            self._run_served(resolved, loaded, tasks, device)
+        else:
+            self._run_inprocess(resolved, loaded, tasks, device)
+
+    def _check_available(self, device: str):  # type: ignore[no-untyped-def]
+        from selector.precisions import get_backend
+
+        cfg = self.cfg
         if cfg.model.requires_cuda and not device.startswith("cuda"):
             raise UnavailableError(f"model={cfg.model.name} needs a CUDA GPU (requires_cuda) and this run is on {device}")
         backend = get_backend(cfg.precision.backend)
         ok, why = backend.availability(cfg.precision, device)
         if not ok:
             raise UnavailableError(f"precision={cfg.precision.name} is not available on {device.split(':')[0]}: {why}")
+        return backend
 
-        tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
-        with self.timed("load"):
-            resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name)
-            self.variant.params = self.variant.params or int(resolved.manifest.get("parameters", 0))
-            ctx = LoadContext(
-                model_cfg=cfg.model,
-                device=device,
-                cache_dir=Path(cfg.cache_dir),
-                calibration=cfg.calibration,
-                calibration_texts=lambda: _calibration_texts(cfg, tasks),
-            )
-            reset_cuda_peak()
-            loaded = backend.load(resolved, cfg.precision, ctx)
+    def _materialize(self, backend, device: str, tasks):  # type: ignore[no-untyped-def]
+        """Resolve the model source, then load it at the precision (quantizing or reusing the cache)."""
+        from selector import models
+        from selector.measure.memory import reset_cuda_peak
+        from selector.precisions.base import LoadContext
+
+        cfg = self.cfg
+        resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name)
+        self.variant.params = self.variant.params or int(resolved.manifest.get("parameters", 0))
+        ctx = LoadContext(
+            model_cfg=cfg.model,
+            device=device,
+            cache_dir=Path(cfg.cache_dir),
+            calibration=cfg.calibration,
+            calibration_texts=lambda: _calibration_texts(cfg, tasks),
+        )
+        reset_cuda_peak()
+        loaded = backend.load(resolved, cfg.precision, ctx)
         if loaded.quant is not None:
             self.record.quant = loaded.quant
             if loaded.quant.quantize_s:
                 self.record.timings_s["quantize"] = loaded.quant.quantize_s
+        return resolved, loaded
 
-        if cfg.engine.kind == "openai":
-            # The variant's own server is what gets evaluated and load-tested. What only the
-            # in-process copy can tell (fidelity, weight memory) is taken first, then that copy is
-            # freed so the server has the memory and the device to itself.
-            from contextlib import ExitStack
+    def _run_inprocess(self, resolved, loaded, tasks, device: str) -> None:  # type: ignore[no-untyped-def]
+        from selector.engines.hf import HFEngine
+        from selector.measure.latency import measure_latency, measure_throughput
 
-            from selector.measure.load import run_server_load
-            from selector.serving.session import release_model, served_engine, serving_checkpoint
-
-            checkpoint = serving_checkpoint(loaded, resolved, cfg.precision)
-            if cfg.measure.fidelity:
-                with self.timed("fidelity"):
-                    self._fidelity(loaded, tasks)
-            artifact = loaded.quant.artifact_bytes if loaded.quant and loaded.quant.artifact_bytes else None
-            self.record.memory = measure_memory(
-                loaded.model, device, artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
-            )
-            release_model(loaded)
-            with ExitStack() as server:  # stopped on the way out, whatever happens inside
-                with self.timed("load"):  # the server loads the checkpoint
-                    served = server.enter_context(served_engine(
-                        cfg.engine, model_path=checkpoint, dtype=cfg.precision.dtype, log_dir=self.files.dir,
-                        threads=cfg.threads))
-                with self.timed("evaluate"):
-                    self._evaluate(served.engine, tasks)
-                with self.timed("measure"):
-                    self.record.perf = PerfResult(device=device)
-                    if cfg.measure.load.enabled:
-                        self.record.perf.load = run_server_load(served, tasks, cfg)
-            return
-
+        cfg = self.cfg
         engine = HFEngine(loaded.model, loaded.tokenizer, cfg.engine.batch_size, cfg.engine.max_batch_tokens)
         with self.timed("evaluate"):
             self._evaluate(engine, tasks)
-
         if cfg.measure.fidelity:
             with self.timed("fidelity"):
                 self._fidelity(loaded, tasks)
-
         with self.timed("measure"):
             perf = PerfResult(device=device)
             if cfg.measure.latency.enabled:
@@ -199,10 +185,43 @@ class VariantRun:
 
                 perf.load = run_inprocess_load(loaded.model, loaded.tokenizer, tasks, cfg)
             self.record.perf = perf
-            artifact = loaded.quant.artifact_bytes if loaded.quant and loaded.quant.artifact_bytes else None
-            self.record.memory = measure_memory(
-                loaded.model, device, artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
-            )
+            self._measure_memory(resolved, loaded, device)
+
+    def _run_served(self, resolved, loaded, tasks, device: str) -> None:  # type: ignore[no-untyped-def]
+        """engine=openai: the variant's own server is what gets evaluated and load-tested. What
+        only the in-process copy can tell (fidelity, weight memory) is taken first, then that copy
+        is freed so the server has the memory and the device to itself."""
+        from contextlib import ExitStack
+
+        from selector.measure.load import run_server_load
+        from selector.serving.session import release_model, served_engine, serving_checkpoint
+
+        cfg = self.cfg
+        checkpoint = serving_checkpoint(loaded, resolved, cfg.precision)
+        if cfg.measure.fidelity:
+            with self.timed("fidelity"):
+                self._fidelity(loaded, tasks)
+        self._measure_memory(resolved, loaded, device)
+        release_model(loaded)
+        with ExitStack() as server:  # stopped on the way out, whatever happens inside
+            with self.timed("load"):  # the server loads the checkpoint
+                served = server.enter_context(served_engine(
+                    cfg.engine, model_path=checkpoint, dtype=cfg.precision.dtype, log_dir=self.files.dir,
+                    threads=cfg.threads))
+            with self.timed("evaluate"):
+                self._evaluate(served.engine, tasks)
+            with self.timed("measure"):
+                self.record.perf = PerfResult(device=device)
+                if cfg.measure.load.enabled:
+                    self.record.perf.load = run_server_load(served, tasks, cfg)
+
+    def _measure_memory(self, resolved, loaded, device: str) -> None:  # type: ignore[no-untyped-def]
+        from selector.measure.memory import measure_memory
+        from selector.precisions.base import dir_bytes
+
+        artifact = loaded.quant.artifact_bytes if loaded.quant and loaded.quant.artifact_bytes else None
+        on_disk = artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
+        self.record.memory = measure_memory(loaded.model, device, on_disk)
 
     def _evaluate(self, engine, tasks) -> None:  # type: ignore[no-untyped-def]
         from tqdm.auto import tqdm
