@@ -230,6 +230,9 @@ class Verdict(_Model):
     rank: int | None = None  # 1 = best among eligible
     scores: dict[str, float] = Field(default_factory=dict)  # "mean" and, with policy.weights, "weighted"
     paired: dict[str, PairedDiff] = Field(default_factory=dict)  # task -> diff vs reference
+    # The same model at its baseline precision (bf16 by default): which answers quantization flipped.
+    baseline: str | None = None
+    baseline_paired: dict[str, PairedDiff] = Field(default_factory=dict)
 
 
 class Selection(_Model):

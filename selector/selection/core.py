@@ -10,9 +10,9 @@ from selector.config import PolicyConfig
 from selector.errors import ConfigError
 from selector.selection.analysis import pareto_front, sample_size_advice, sensitivity
 from selector.selection.checks import validate_policy
-from selector.selection.evidence import Evidence, gather
+from selector.selection.evidence import Evidence, gather, paired_diff
 from selector.selection.measures import e2e_p50_ms, weight_gb
-from selector.selection.precision import pick_reference
+from selector.selection.precision import pick_baseline, pick_reference
 from selector.selection.ranking import Ranking, format_objective, objective_value, rank
 from selector.selection.summary import collect_warnings, rejection_reasons, write_summary
 from selector.types import RunRecord, Selection, Verdict
@@ -96,6 +96,19 @@ def _noise_floor(records: list[RunRecord], given: dict[str, float] | None) -> di
     return {**spread, **(given or {})}
 
 
+def _baseline_diffs(record: RunRecord, baseline: RunRecord | None, policy: PolicyConfig) -> dict:
+    """Per task, this variant against its own model's baseline precision on the same items."""
+    if baseline is None:
+        return {}
+    diffs = {}
+    for task, result in record.tasks.items():
+        if task in baseline.tasks:
+            diff = paired_diff(result, baseline.tasks[task], policy.confidence, DEFAULT_RESAMPLES, DEFAULT_SEED)
+            if diff is not None:
+                diffs[task] = diff
+    return diffs
+
+
 def _verdicts(
     records: list[RunRecord], evidence: dict[str, Evidence], ranking: Ranking, policy: PolicyConfig
 ) -> list[Verdict]:
@@ -110,8 +123,10 @@ def _verdicts(
         objective = ranking.objectives[name]
         ev = evidence[name]
         scores = {k: v for k, v in (("mean", ev.mean_score), ("weighted", ev.weighted_score)) if v is not None}
+        baseline = pick_baseline(record, records)
         common = {"variant": name, "checks": ranking.checks[name], "objective": objective,
-                  "paired": ev.paired, "scores": scores}  # fmt: skip
+                  "paired": ev.paired, "scores": scores, "baseline": baseline.name if baseline else None,
+                  "baseline_paired": _baseline_diffs(record, baseline, policy)}  # fmt: skip
         if name not in ranking.ranked:
             reasons = rejection_reasons(name, ranking, policy)
             verdicts.append(Verdict(status="rejected", reasons=reasons, **common))

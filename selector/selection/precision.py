@@ -59,3 +59,16 @@ def pick_reference(records: list[RunRecord]) -> RunRecord | None:
     if not completed:
         return None
     return min(completed, key=lambda r: (-record_params(r), -record_bits(r), r.name))
+
+
+def pick_baseline(record: RunRecord, records: list[RunRecord]) -> RunRecord | None:
+    """The same model at the sweep's baseline precision (config `baseline_precision`), else at
+    the highest precision present; None for the baseline itself or when nothing else is there."""
+    same = [r for r in records if r.status == "completed" and r.tasks and r.variant.model == record.variant.model]
+    wanted = record.config.get("baseline_precision")
+    named = [r for r in same if r.variant.precision == wanted]
+    pool = named or same
+    if not pool:
+        return None
+    best = min(pool, key=lambda r: (-record_bits(r), r.name))
+    return None if best.name == record.name else best

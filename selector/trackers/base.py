@@ -23,6 +23,10 @@ class Tracker(Protocol):
 
     def finish_variant(self, run_id: str | None, record: RunRecord, artifacts: list[Path], evalset: Any = None) -> None: ...
 
+    def log_metrics(self, run_id: str | None, metrics: dict[str, float]) -> None:
+        """Add metrics to a finished run (figures only known once the whole sweep is in)."""
+        ...
+
     def find_completed(self, parent_id: str | None, key: str) -> RunRecord | None:
         """A completed record for this variant key under this sweep, if one was logged."""
         ...
@@ -47,6 +51,9 @@ class NullTracker:
         return None
 
     def finish_variant(self, run_id, record, artifacts, evalset=None):  # type: ignore[no-untyped-def]
+        return None
+
+    def log_metrics(self, run_id, metrics):  # type: ignore[no-untyped-def]
         return None
 
     def find_completed(self, parent_id, key):  # type: ignore[no-untyped-def]

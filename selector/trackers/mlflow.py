@@ -194,6 +194,10 @@ class MlflowTracker:
         status = "FAILED" if record.status == "failed" else "FINISHED"
         self._retry(lambda: self.client.set_terminated(run_id, status=status))
 
+    def log_metrics(self, run_id: str | None, metrics: dict[str, float]) -> None:
+        if run_id and metrics:
+            self._log_batch(run_id, metrics=metrics, tags={})
+
     def _log_evalset(self, run_id: str, evalset: Any) -> None:
         """Record the eval set as an MLflow dataset input (name, digest, source, schema)."""
         from mlflow.entities import DatasetInput, InputTag

@@ -110,3 +110,14 @@ def record_tags(record: RunRecord) -> dict[str, str]:
         **({"selector.reason": record.reason[:5000]} if record.reason else {}),
         **({"selector.failed_stage": record.error.stage} if record.error else {}),
     }
+
+
+def flip_metrics(verdict: Any) -> dict[str, float]:
+    """Answers this variant got differently from its own model's baseline precision, both ways."""
+    diffs = verdict.baseline_paired.values()
+    n = sum(d.n for d in diffs)
+    if not n:
+        return {}
+    to_wrong, to_right = sum(d.flips_to_wrong for d in diffs), sum(d.flips_to_right for d in diffs)
+    return {"fidelity/flips_to_wrong": to_wrong, "fidelity/flips_to_right": to_right,
+            "fidelity/flip_rate": (to_wrong + to_right) / n}

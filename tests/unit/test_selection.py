@@ -584,3 +584,27 @@ def test_bootstrap_ci_method_falls_back_to_wilson_without_item_scores():
     bounds = {v.variant: next(c.value for c in v.checks if c.name == "accuracy:t") for v in s.verdicts}
     assert bounds["a/bf16"] == pytest.approx(0.5987, abs=1e-3)  # Wilson lower bound of 30/40
     assert bounds["b/bf16"] != bounds["a/bf16"]  # bootstrap percentile bound from the item scores
+
+
+# ---- flips against the same model's baseline precision ----
+
+def test_each_variant_is_paired_with_its_own_models_baseline():
+    from selector.trackers.naming import flip_metrics
+
+    def with_items(rec: RunRecord, scores: list[int]) -> RunRecord:
+        items = {f"i{k}": float(v) for k, v in enumerate(scores)}
+        rec.tasks = {"t": TaskResult(task="t", metric="accuracy", value=sum(scores) / len(scores), ci_low=0.0,
+                                     ci_high=1.0, n=len(scores), item_scores=items)}
+        rec.config["baseline_precision"] = "bf16"
+        return rec
+
+    base = with_items(record("m", "bf16", 1000, 2.0, bits=16), [1, 1, 1, 0, 0])
+    quant = with_items(record("m", "int4", 1000, 0.6, bits=4), [1, 0, 1, 1, 0])
+    other = with_items(record("big", "bf16", 9000, 18.0, bits=16), [1, 1, 1, 1, 1])
+    s = select([base, quant, other], PolicyConfig())
+    v = verdict(s, "m/int4")
+    assert v.baseline == "m/bf16"
+    diff = v.baseline_paired["t"]
+    assert (diff.flips_to_wrong, diff.flips_to_right, diff.n) == (1, 1, 5)
+    assert flip_metrics(v) == {"fidelity/flips_to_wrong": 1, "fidelity/flips_to_right": 1, "fidelity/flip_rate": 0.4}
+    assert verdict(s, "m/bf16").baseline is None and verdict(s, "big/bf16").baseline is None
