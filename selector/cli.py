@@ -5,6 +5,7 @@
   python -m selector select ...         re-run selection + report from stored records or MLflow
   python -m selector plan [overrides]   the grid a sweep would run, with memory estimates per variant
   python -m selector sync --from --to   copy sweeps between MLflow stores (local fallback -> server)
+  python -m selector evalset ...        import / export lm-evaluation-harness tasks
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from selector.config import CONF_DIR
 from selector.errors import UserError
 
-SUBCOMMANDS = ("list", "select", "plan", "sync")
+SUBCOMMANDS = ("list", "select", "plan", "sync", "evalset")
 
 
 def _hydra_entry() -> None:

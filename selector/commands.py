@@ -1,4 +1,4 @@
-"""Sub-commands that never load a model: `list` and `select`."""
+"""Sub-commands that never load a model: `list`, `select`, `plan`, `sync` and `evalset`."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def cmd_list(argv: list[str]) -> int:
             summary = f"cannot load: {e}"
         evalsets.add_row(path.stem, cfg.evalset.path, summary)
     console.print(evalsets)
-    for group in ("engine", "tracker", "policy", "measure", "sweep"):
+    for group in ("engine", "tracker", "policy", "measure", "calibration", "sweep"):
         names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
         prefix = "+" if group == "sweep" else ""
         console.print(f"[bold]{group}:[/] " + ", ".join(f"{prefix}{group}={n}" for n in names))
@@ -130,12 +130,40 @@ def _select(args: argparse.Namespace) -> int:
             records = gather_records(source) or [RunRecord.load(p) for p in sorted(source.glob("*.json"))]
         base = source.parent if source.is_file() else source
         state = {}
+    from selector.report.samples import load_samples
+
+    samples = load_samples(base) if not args.mlflow_run else None  # the outputs shown in the report
     if not records:
         raise UserError(f"no RunRecords found in {args.mlflow_run or args.source}")
     out = args.out or base / f"report-{time.strftime('%Y%m%d-%H%M%S')}"
     context = report_context(cfg, state, base, 0.0)
-    selection, paths = select_and_report(records, cfg, context, out)
+    selection, paths = select_and_report(records, cfg, context, out, samples)
     print_terminal_summary(records, selection)
     print(f"\nReport: {paths['html']}")
     return 0
 
+
+
+def cmd_plan(argv: list[str]) -> int:
+    """Print the grid a sweep would run, with memory estimates and whether each variant fits a GPU."""
+    from selector import planning
+
+    try:
+        return planning.main(argv)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+
+
+def cmd_sync(argv: list[str]) -> int:
+    """Copy recorded sweeps from one MLflow store to another (a local fallback store to the server)."""
+    from selector import sync
+
+    return sync.main(argv)
+
+
+def cmd_evalset(argv: list[str]) -> int:
+    """Import lm-evaluation-harness tasks into an eval set, or export one for lm-eval."""
+    from selector.tasks import lmeval_cli
+
+    return lmeval_cli.main(argv)

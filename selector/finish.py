@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from selector.config import SelectorConfig
-from selector.types import RunRecord, Selection
+from selector.types import RunRecord, SampleRecord, Selection
 
 log = logging.getLogger("selector.finish")
 
@@ -39,12 +39,13 @@ def report_context(cfg: SelectorConfig, state: dict[str, Any], base: Path, wall_
     }
 
 
-def select_and_report(records: list[RunRecord], cfg: SelectorConfig, context: dict[str, Any], out: Path) -> tuple[Selection, dict[str, Path]]:
+def select_and_report(records: list[RunRecord], cfg: SelectorConfig, context: dict[str, Any], out: Path,
+                      samples: dict[str, list[SampleRecord]] | None = None) -> tuple[Selection, dict[str, Path]]:
     from selector.report import write_report
     from selector.selection import select
 
     selection = select(records, cfg.policy)
-    paths = write_report(records, selection, context, out)
+    paths = write_report(records, selection, context, out, samples=samples)
     return selection, paths
 
 
@@ -60,7 +61,9 @@ def finish_sweep(base: Path, wall_s: float) -> None:
         return
     cfg = _config_of(records[0])
     context = report_context(cfg, state, base, wall_s)
-    selection, paths = select_and_report(records, cfg, context, base / "report")
+    from selector.report.samples import load_samples
+
+    selection, paths = select_and_report(records, cfg, context, base / "report", load_samples(base))
     tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
     metrics = {
         "sweep/variants": len(records),
@@ -72,10 +75,20 @@ def finish_sweep(base: Path, wall_s: float) -> None:
     tags = {"selector.status": "completed", "selector.winner": selection.winner or "none",
             "mlflow.note.content": selection.summary}
     tracker.finish_sweep(state.get("parent_run_id"), metrics, tags, list(paths.values()))
+    _log_flips(tracker, records, selection)
     print_terminal_summary(records, selection)
     print(f"\nReport: {paths['html']}\n        {paths['md']}\n        {paths['json']}")
     if tracker.uri:
         print(f"MLflow: mlflow ui --backend-store-uri {tracker.uri}  (parent run {state.get('parent_run_id')})")
+
+
+def _log_flips(tracker: Any, records: list[RunRecord], selection: Selection) -> None:
+    """Flip counts need the baseline's record, so they reach each child run at the sweep's end."""
+    from selector.trackers.naming import flip_metrics
+
+    run_ids = {r.name: r.mlflow_run_id for r in records}
+    for verdict in selection.verdicts:
+        tracker.log_metrics(run_ids.get(verdict.variant), flip_metrics(verdict))
 
 
 def _config_of(record: RunRecord) -> SelectorConfig:

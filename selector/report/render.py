@@ -16,10 +16,11 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
+from selector.report import samples as sample_outputs
 from selector.report import sections, view
 from selector.report.plots import Plot, accuracy_by_task, accuracy_vs_latency, accuracy_vs_memory
 from selector.report.plots_load import latency_vs_concurrency, throughput_vs_latency
-from selector.types import SCHEMA_VERSION, RunRecord, Selection
+from selector.types import SCHEMA_VERSION, RunRecord, SampleRecord, Selection
 
 TEMPLATES = Path(__file__).parent / "templates"
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
@@ -34,7 +35,7 @@ def all_plots(records: list[RunRecord], selection: Selection) -> list[Plot]:
 
 
 def build_view(records: list[RunRecord], selection: Selection, context: dict[str, Any],
-               *, with_plots: bool = True) -> dict[str, Any]:
+               *, with_plots: bool = True, samples: dict[str, list[SampleRecord]] | None = None) -> dict[str, Any]:
     """Everything the templates show, as plain data."""
     experiment = context.get("experiment") or "selector"
     return {
@@ -48,6 +49,7 @@ def build_view(records: list[RunRecord], selection: Selection, context: dict[str
         "sensitivity": sections.dict_table(selection.sensitivity),
         "sample_size": sections.dict_table(selection.sample_size),
         "noise": sections.noise_table(selection.noise_floor),
+        "examples": sample_outputs.examples(records, selection, samples),
         "failures": sections.failures(records),
         "environment": sections.environment(records, context),
         "config": sections.config_text(context),
@@ -104,15 +106,17 @@ def report_json(records: list[RunRecord], selection: Selection, context: dict[st
 
 
 def write_report(records: list[RunRecord], selection: Selection, context: dict[str, Any],
-                 out_dir: Path) -> dict[str, Path]:
+                 out_dir: Path, samples: dict[str, list[SampleRecord]] | None = None) -> dict[str, Path]:
     """Write report.html, report.md and report.json into out_dir; return their paths by kind.
 
     context keys (all optional): experiment, tracking_uri, parent_run_id, sweep_dir, config (dict),
     environment (dict: hardware, device, versions, git_commit, threads), wall_time_s, created_at.
+    samples: variant name -> its SampleRecords (report.samples.load_samples reads a sweep folder's);
+    with them the report shows example outputs (flips vs the reference, wrong answers).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = build_view(records, selection, context)
+    data = build_view(records, selection, context, samples=samples)
     paths = {"html": out_dir / "report.html", "md": out_dir / "report.md", "json": out_dir / "report.json"}
     paths["html"].write_text(render_html(data), encoding="utf-8")
     paths["md"].write_text(render_markdown(data), encoding="utf-8")

@@ -23,7 +23,7 @@ from selector.selection import pareto_front
 from selector.stats import wilson_interval
 from selector.types import (
     Check, ErrorInfo, FidelityResult, LatencyResult, LoadLevel, MemoryResult, PairedDiff,
-    Percentiles, PerfResult, QuantInfo, RunRecord, Selection, TaskResult, ThroughputPoint,
+    Percentiles, PerfResult, QuantInfo, RunRecord, SampleRecord, Selection, TaskResult, ThroughputPoint,
     Variant, Verdict,
 )
 
@@ -236,9 +236,23 @@ def sample_sweep(inject: str = "") -> tuple[list[RunRecord], Selection, dict[str
     return records, selection, context
 
 
+def sample_outputs(records: list[RunRecord], inject: str = "") -> dict[str, list[SampleRecord]]:
+    """Per-item outputs matching each record's item scores (a wrong answer carries `inject`)."""
+    out: dict[str, list[SampleRecord]] = {}
+    for r in records:
+        out[r.name] = [
+            SampleRecord(task=t, id=item, prompt=f"Question {item} of the {t} task.\nAnswer:",
+                         output=f"gold-{item}" if score >= 1 else f"wrong answer{inject}", target=f"gold-{item}",
+                         score=score)
+            for t, result in r.tasks.items() for item, score in result.item_scores.items()
+        ]
+    return out
+
+
 if __name__ == "__main__":
     from selector.report.render import write_report
 
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "report-sample")
-    for kind, path in write_report(*sample_sweep(), out_dir=out).items():
+    records, selection, context = sample_sweep()
+    for kind, path in write_report(records, selection, context, out, sample_outputs(records)).items():
         print(f"{kind}: {path}")

@@ -1,4 +1,5 @@
-"""Read eval rows from .jsonl, .csv or .parquet files, keeping every value a string as written.
+"""Read eval rows from .jsonl, .csv or .parquet files (or a `datasets` folder), keeping every value a
+string as written.
 
 Values must reach prompts and metrics exactly as they are in the file: a date stays "2018-03-13",
 not a timestamp; a JSON number keeps its text ("3.50" stays "3.50"). Only the fields named in
@@ -29,7 +30,12 @@ class Row:
 
 
 def read_rows(path: Path, list_fields: frozenset[str] = frozenset()) -> list[Row]:
-    """All rows of a data file; raises EvalsetError naming file, line and field on bad input."""
+    """All rows of a data file (or a `datasets` save_to_disk folder); raises EvalsetError naming
+    file, line and field on bad input."""
+    if path.is_dir():
+        from selector.tasks.hf_datasets import read_table
+
+        return rows_from_table(path, read_table(path), list_fields)
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return _read_jsonl(path, list_fields)
@@ -167,13 +173,20 @@ def _csv_list(path: Path, line: int, field: str, cell: str) -> Value:
 
 def _read_parquet(path: Path, list_fields: frozenset[str]) -> list[Row]:
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as e:
         _fail(path, None, None, f"not a readable Parquet file: {e}")
+    return rows_from_table(path, table, list_fields)
+
+
+def rows_from_table(path: Path, table: Any, list_fields: frozenset[str]) -> list[Row]:
+    """Rows of an Arrow table (Parquet, a datasets folder), every column cast to strings."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if len(set(table.column_names)) != len(table.column_names):
         _fail(path, None, None, "a column name appears twice")
     columns: dict[str, list[Any]] = {}

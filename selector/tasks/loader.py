@@ -23,6 +23,7 @@ from selector.errors import EvalsetError
 from selector.registry import UnknownNameError
 from selector.tasks import templates
 from selector.tasks.data import SUFFIXES, Row, read_rows
+from selector.tasks.hf_datasets import is_dataset_folder
 from selector.tasks.metrics import Metric, MetricArgError, get_metric
 
 STYLES = ("chat", "plain")
@@ -391,8 +392,11 @@ def _compile(spec: _Spec, key: str, source: str, style: str) -> Template:
 
 def _data_path(spec: _Spec, key: str, relative: str, sub: str | None = None) -> Path:
     path = spec.path.parent / relative
+    if is_dataset_folder(path):  # written by datasets' save_to_disk
+        return path
     if path.suffix.lower() not in SUFFIXES:
-        spec.fail(key, f"data file {relative!r} must end in one of {', '.join(SUFFIXES)}", sub)
+        spec.fail(key, f"data file {relative!r} must end in one of {', '.join(SUFFIXES)} "
+                  "or be a folder written by datasets' save_to_disk", sub)
     if not path.is_file():
         spec.fail(key, f"data file not found: {path}", sub)
     return path

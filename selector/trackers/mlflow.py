@@ -116,7 +116,9 @@ class MlflowTracker:
         if exp is not None:
             return exp.experiment_id
         try:
-            return self.client.create_experiment(name, artifact_location=artifact_location)
+            # MLflow 3 opens untagged experiments on its GenAI views; ours are model comparisons.
+            return self.client.create_experiment(name, artifact_location=artifact_location,
+                                                 tags={"mlflow.experimentKind": "custom_model_development"})
         except Exception:  # another process created it between our two calls
             exp = self.client.get_experiment_by_name(name)
             if exp is None:

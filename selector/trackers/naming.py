@@ -20,7 +20,7 @@ def record_params(record: RunRecord) -> dict[str, str]:
         "model": record.variant.model,
         "precision": record.variant.precision,
         "family": record.variant.family,
-        "size_b": f"{record.variant.params / 1e9:.3f}" if record.variant.params else str(model.get("params_b", "")),
+        "size_b": f"{record.variant.params / 1e9:.4g}" if record.variant.params else str(model.get("params_b", "")),
         "backend": str(prec.get("backend", "")),
         "dtype": str(prec.get("dtype", "")),
         "bits": str(prec.get("bits", "")),
@@ -104,7 +104,7 @@ def record_tags(record: RunRecord) -> dict[str, str]:
     return {
         "selector.model": record.variant.model,
         "selector.precision": record.variant.precision,
-        "selector.size": f"{record.variant.params / 1e9:.2f}B" if record.variant.params else "",
+        "selector.size": f"{record.variant.params / 1e9:.3g}B" if record.variant.params else "",
         "selector.status": record.status,
         "selector.variant_key": record.key,
         **({"selector.reason": record.reason[:5000]} if record.reason else {}),

@@ -108,3 +108,27 @@ def test_variant_table_header_stays_visible_when_scrolled(browser, tmp_path: Pat
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(shot))
     print(f"screenshot: {shot}")
+
+
+def test_model_output_with_script_shows_as_text(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from selector.report.sample import sample_outputs
+
+    records, selection, context = sample_sweep()
+    paths = write_report(records, selection, context, tmp_path / "report", samples=sample_outputs(records, inject=XSS))
+    page, errors, remote = _open(browser, paths["html"])
+    section = page.locator("#examples")
+    assert section.count() == 1
+    outputs = page.locator("#examples .sample.output")
+    assert outputs.count() > 0
+    texts = [outputs.nth(i).inner_text() for i in range(outputs.count())]
+    assert f"wrong answer{XSS}" in texts  # the model's `<script>` is text on the page...
+    assert page.evaluate("typeof window.__xss") == "undefined"  # ...and never ran
+    assert page.evaluate("document.scripts.length") == 0
+    box = outputs.first.bounding_box()
+    assert box is not None and box["width"] > 50 and box["height"] > 5
+    assert errors == [] and remote == []
+
+    section.scroll_into_view_if_needed()
+    shot = _artifacts_dir(tmp_path) / "report-examples.png"
+    section.screenshot(path=str(shot))
+    print(f"screenshot: {shot}")
