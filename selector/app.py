@@ -49,7 +49,7 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
                                                       "selector.precision": cfg.precision.name})
     try:
         if ok:
-            record = run_variant(cfg, key, job_dir, extra)
+            record = run_variant(cfg, key, job_dir, extra, is_reference=state.get("reference") == name)
         else:
             record = _skipped(cfg, key, why, extra)
     except BaseException:  # Ctrl-C or SIGTERM: end both runs as KILLED, then stop

@@ -90,8 +90,29 @@ def check_composes(argv: list[str]) -> None:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             compose("config", overrides=first)
     except Exception as e:
-        text = " ".join(str(e).split())
-        raise UserError(f"command line: {text}") from None
+        raise UserError(compose_error(e, _config_dirs(parsed))) from None
+
+
+def compose_error(e: Exception, dirs: list[Path]) -> str:
+    """Hydra's composition error as one line that names where the bad value came from: a config
+    file and line ("In 'model/x'", "Error merging 'model/x'") or the command line (an override)."""
+    import re
+
+    from selector.config import yaml_line
+
+    cause = getattr(e, "__cause__", None)
+    text = " ".join(f"{e} {cause or ''}".split())
+    key = getattr(cause, "full_key", "") or (re.search(r"full_key: (\S+)", text) or [None, ""])[1]
+    reason = re.search(r"(Value '.*?' .*?could not be converted to \w+|Key '\w+' not in '\w+')", text)
+    detail = reason.group(1) if reason else text.split(" full_key:")[0]
+    found = re.search(r"(?:In|Error merging) '([\w.-]+)/([\w.-]+)'", text)
+    if found and key:
+        group, name = found.groups()
+        path = next((d / group / f"{name}.yaml" for d in dirs if (d / group / f"{name}.yaml").exists()), None)
+        if path is not None:
+            line = yaml_line(path, key.split(".")[1:])
+            return f"{path}{f':{line}' if line else ''}: field '{key}': {detail}"
+    return f"command line: {detail}" + (f" (field '{key}')" if key and key not in detail else "")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,6 +5,7 @@ and line it came from. No heavy imports here.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -130,11 +131,21 @@ class LoadConfig:
 
 
 @dataclass
+class NoiseFloorConfig:
+    """Re-evaluate the reference variant with nothing changed but the batch size (greedy tasks):
+    how far scores move with the same model tells which differences between variants mean nothing."""
+
+    repeats: int = 0  # extra evaluations of the reference variant (0 = off)
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 3])  # cycled through, one per repeat
+
+
+@dataclass
 class MeasureConfig:
     latency: LatencyConfig = field(default_factory=LatencyConfig)
     throughput: ThroughputConfig = field(default_factory=ThroughputConfig)
     load: LoadConfig = field(default_factory=LoadConfig)
     fidelity: bool = True  # KL / top-1 agreement against the baseline precision
+    noise_floor: NoiseFloorConfig = field(default_factory=NoiseFloorConfig)
 
 
 @dataclass
@@ -187,6 +198,18 @@ class SelectorConfig:
 
 
 GROUPS = ("model", "precision", "evalset", "engine", "tracker", "policy", "measure", "calibration")
+SCHEMA_NAME = "selector_schema"
+
+
+def register_schema() -> None:
+    """conf/config.yaml starts from this schema, so every field exists with its default (any key
+    can be overridden without '+') and Hydra type-checks values while composing."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=SelectorConfig)
+
+
+register_schema()
 
 
 def validate(cfg: DictConfig, choices: dict[str, str] | None = None) -> SelectorConfig:
@@ -199,7 +222,27 @@ def validate(cfg: DictConfig, choices: dict[str, str] | None = None) -> Selector
         key = getattr(e, "full_key", "") or ""
         raise ConfigError(_locate(key, choices), field=key, problem=_first_line(e)) from None
     assert isinstance(obj, SelectorConfig)
+    unknown = _unknown_keys(obj)
+    if unknown:
+        key, cls = unknown
+        known = ", ".join(f.name for f in dataclasses.fields(cls))
+        raise ConfigError(_locate(key, choices), field=key, problem=f"unknown key (known in {cls.__name__}: {known})")
     return obj
+
+
+def _unknown_keys(obj: Any, prefix: str = "") -> tuple[str, type] | None:
+    """The first key a dataclass node carries beyond its fields ('+key=value' lets Hydra add one)."""
+    names = {f.name for f in dataclasses.fields(obj)}
+    for key in vars(obj):
+        if key not in names:
+            return f"{prefix}{key}", type(obj)
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            found = _unknown_keys(value, f"{prefix}{f.name}.")
+            if found:
+                return found
+    return None
 
 
 def _first_line(e: Exception) -> str:
@@ -213,7 +256,7 @@ def _locate(full_key: str, choices: dict[str, str] | None) -> str:
         path = CONF_DIR / group / f"{choices[group]}.yaml"
         line = yaml_line(path, rest.split(".") if rest else [])
         shown = _display(path)
-        return f"{shown}:{line}" if line else shown
+        return f"{shown}:{line}" if line else f"{shown} (or a command-line override)"
     return _display(CONF_DIR / "config.yaml")
 
 

@@ -31,22 +31,24 @@ def record_store(cfg: SelectorConfig) -> Path:
     return Path(cfg.output_dir) / "records"
 
 
-def run_variant(cfg: SelectorConfig, key: str, job_dir: Path, extra_config: dict[str, Any]) -> RunRecord:
+def run_variant(cfg: SelectorConfig, key: str, job_dir: Path, extra_config: dict[str, Any],
+                is_reference: bool = False) -> RunRecord:
     """Run the variant (in its own process unless cfg.isolate is false) and return its record."""
     files = JobFiles(job_dir)
     for stale in (files.record, files.tasks, files.stage):
         stale.unlink(missing_ok=True)
     if not cfg.isolate:
-        record = VariantRun(cfg, key, job_dir).run()
+        record = VariantRun(cfg, key, job_dir, is_reference).run()
     else:
-        record = _run_isolated(cfg, key, files)
+        record = _run_isolated(cfg, key, files, is_reference)
     record.config.update(extra_config)
     return record
 
 
-def _run_isolated(cfg: SelectorConfig, key: str, files: JobFiles) -> RunRecord:
+def _run_isolated(cfg: SelectorConfig, key: str, files: JobFiles, is_reference: bool) -> RunRecord:
     spec = files.dir / "job.json"
-    spec.write_text(json.dumps({"config": to_dict(cfg), "key": key, "job_dir": str(files.dir.resolve())}))
+    spec.write_text(json.dumps({"config": to_dict(cfg), "key": key, "job_dir": str(files.dir.resolve()),
+                                "is_reference": is_reference}))
     proc = subprocess.Popen(
         [sys.executable, "-m", "selector.worker", str(spec)],
         stdout=subprocess.PIPE,

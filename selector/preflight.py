@@ -175,3 +175,14 @@ def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
 
         check_slo(cfg.measure.load.slo)
         levels_of(cfg.measure.load)
+
+
+def reference_variant(planned: list[PlannedVariant]) -> str | None:
+    """The variant selection will compare against: the largest model at its highest precision."""
+    from selector.selection.precision import precision_bits
+
+    runnable = [p for p in planned if p.available]
+    if not runnable:
+        return None
+    best = max(runnable, key=lambda p: (p.cfg.model.params_b, precision_bits(p.cfg.precision.name, p.cfg.precision.bits)))
+    return best.name

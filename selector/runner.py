@@ -58,8 +58,8 @@ class JobFiles:
 
 
 class VariantRun:
-    def __init__(self, cfg: SelectorConfig, key: str, job_dir: Path) -> None:
-        self.cfg, self.key = cfg, key
+    def __init__(self, cfg: SelectorConfig, key: str, job_dir: Path, is_reference: bool = False) -> None:
+        self.cfg, self.key, self.is_reference = cfg, key, is_reference
         self.files = JobFiles(job_dir)
         self.variant = Variant(
             model=cfg.model.name,
@@ -171,6 +171,9 @@ class VariantRun:
         engine = HFEngine(loaded.model, loaded.tokenizer, cfg.engine.batch_size, cfg.engine.max_batch_tokens)
         with self.timed("evaluate"):
             self._evaluate(engine, tasks)
+        if self.is_reference and cfg.measure.noise_floor.repeats > 0:
+            with self.timed("noise_floor"):
+                self._noise_floor(loaded, tasks)
         if cfg.measure.fidelity:
             with self.timed("fidelity"):
                 self._fidelity(loaded, tasks)
@@ -248,6 +251,24 @@ class VariantRun:
                 self.record.tasks[task.name] = result
                 self.files.tasks.write_text(json.dumps({k: v.model_dump() for k, v in self.record.tasks.items()}))
                 log.info("%s %s: %.3f [%.3f, %.3f] n=%d", self.variant.name, task.name, result.value, result.ci_low, result.ci_high, result.n)
+
+    def _noise_floor(self, loaded, tasks) -> None:  # type: ignore[no-untyped-def]
+        """Score spread per task across evaluations that differ only in batch size (padding and
+        kernel choice change the float rounding); selection warns when a verdict rests on less."""
+        from selector.engines.hf import HFEngine
+        from selector.tasks import evaluate_task
+
+        nf = self.cfg.measure.noise_floor
+        values = {name: [r.value] for name, r in self.record.tasks.items()}
+        for repeat in range(nf.repeats):
+            batch = nf.batch_sizes[repeat % len(nf.batch_sizes)]
+            engine = HFEngine(loaded.model, loaded.tokenizer, batch, self.cfg.engine.max_batch_tokens)
+            for task in tasks:
+                result, _ = evaluate_task(engine, task, self.cfg.model.name, self.cfg.model.prompt_style)
+                values[task.name].append(result.value)
+        spread = {name: round(max(v) - min(v), 6) for name, v in values.items()}
+        self.record.config["noise_floor"] = spread
+        log.info("noise floor of %s over %d re-evaluations: %s", self.variant.name, nf.repeats, spread)
 
     def _fidelity(self, loaded, tasks) -> None:  # type: ignore[no-untyped-def]
         try:

@@ -90,6 +90,7 @@ class SweepCallback(Callback):
             "sweep_key": skey,
             "tracking_uri": tracker.uri,
             "started_at": self.t0,
+            "reference": preflight.reference_variant(planned),
             "variants": [{"name": p.name, "key": p.key, "available": p.available, "reason": p.reason} for p in planned],
         }
         _state_path(base).write_text(json.dumps(state, indent=2))

@@ -19,11 +19,11 @@ from omegaconf import OmegaConf
 from selector.config import SelectorConfig
 
 
-def load_job(path: Path) -> tuple[SelectorConfig, str, Path]:
+def load_job(path: Path) -> tuple[SelectorConfig, str, Path, bool]:
     spec = json.loads(path.read_text())
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SelectorConfig), spec["config"]))
     assert isinstance(cfg, SelectorConfig)
-    return cfg, spec["key"], Path(spec["job_dir"])
+    return cfg, spec["key"], Path(spec["job_dir"]), bool(spec.get("is_reference"))
 
 
 def limit_memory(gb: float | None) -> None:
@@ -39,9 +39,9 @@ def main(argv: list[str]) -> int:
 
     setup_logging()
     faulthandler.enable()  # a segfault prints the Python stack to stderr (captured into worker.log)
-    cfg, key, job_dir = load_job(Path(argv[0]))
+    cfg, key, job_dir, is_reference = load_job(Path(argv[0]))
     limit_memory(cfg.memory_limit_gb)
-    record = VariantRun(cfg, key, job_dir).run()
+    record = VariantRun(cfg, key, job_dir, is_reference).run()
     logging.getLogger("selector.worker").info("variant %s: %s", record.name, record.status)
     return 0
 

@@ -56,7 +56,7 @@ def test_row_missing_a_template_field(tiny_setup: dict[str, Path]) -> None:
     [
         ("precision=bf61", ("precision=bf61", "Did you mean bf16")),
         ("model=smolm2-135m", ("model=smolm2-135m", "smollm2-135m")),
-        ("engine.batch_size=eight", ("conf/engine/hf.yaml:3", "engine.batch_size")),
+        ("engine.batch_size=eight", ("command line", "'eight'", "engine.batch_size", "Integer")),
         ("+model.colour=blue", ("model.colour",)),
         ("model.colour=blue", ("model.colour",)),
         ("policy.rule=strictest", ("conf/policy/default.yaml", "policy.rule", "lower_bound")),
@@ -83,3 +83,10 @@ def test_truncated_weights_are_rejected_before_loading(tiny_setup: dict[str, Pat
     result = run_selector(tiny_setup, "model=broken", "precision=fp32")
     assert_usage_error(result, "model.safetensors")
     assert not (tiny_setup["out"] / "mlflow.db").exists()
+
+
+def test_bad_value_in_a_users_config_file_names_file_and_line(tiny_setup: dict[str, Path]) -> None:
+    path = tiny_setup["conf"] / "model" / "tiny.yaml"
+    path.write_text(path.read_text().replace("params_b: 0.0001", "params_b: a lot"))
+    result = run_selector(tiny_setup, "model=tiny", "precision=fp32")
+    assert_usage_error(result, "tiny.yaml:3", "model.params_b", "Float")

@@ -14,7 +14,8 @@ from tests.sweep_helpers import ROOT, mlflow_runs, run_selector
 
 
 def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
-    first = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=3")
+    first = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=3",
+                         "measure.noise_floor.repeats=1")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-5000:]
 
     parents, children = mlflow_runs(tiny_setup["out"])
@@ -39,6 +40,13 @@ def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
     sweep_dir = Path(parent.data.params["sweep_dir"])
     report = json.loads((sweep_dir / "report" / "report.json").read_text())
     assert {r["variant"]["precision"] for r in report["records"]} == {"fp32", "bf16"}
+    # The reference (largest model, highest precision) was evaluated again at another batch size.
+    by_precision = {r["variant"]["precision"]: r for r in report["records"]}
+    spread = by_precision["fp32"]["config"]["noise_floor"]
+    assert set(spread) == {"sentiment", "extraction", "arithmetic", "code"}
+    assert all(0.0 <= v <= 1.0 for v in spread.values())
+    assert "noise_floor" not in by_precision["bf16"]["config"]
+    assert report["selection"]["noise_floor"] == spread
     samples = (sweep_dir / "tiny" / "fp32" / "samples.jsonl").read_text().splitlines()
     assert len(samples) == 12  # 4 tasks x 3 items, each with prompt, output, target, score
     assert {"prompt", "output", "target", "score"} <= set(json.loads(samples[0]))
@@ -46,7 +54,8 @@ def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
 
     # Same sweep again: every variant is already measured, so nothing runs and MLflow still
     # holds exactly one completed child per variant.
-    again = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=3")
+    again = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=3",
+                         "measure.noise_floor.repeats=1")
     assert again.returncode == 0, again.stderr[-5000:]
     assert "already measured" in again.stdout + again.stderr
     parents, children = mlflow_runs(tiny_setup["out"])
