@@ -4,7 +4,8 @@ See docs/evalset-format.md for the file format.
 """
 
 from selector.tasks.evaluate import evaluate_task
-from selector.tasks.loader import Item, Task, evalset_hash, load_evalset
+from selector.tasks.loader import evalset_hash, load_evalset
+from selector.tasks.task import Item, Task
 from selector.tasks.metrics import METRICS, Metric, Scored, ScoreInput, get_metric
 from selector.tasks.prompts import build_prompt, build_requests, continuation, resolve_style
 

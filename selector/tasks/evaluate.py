@@ -10,7 +10,7 @@ from typing import Any
 
 from selector.engines.base import Engine, GenerationRequest, LoglikelihoodRequest, Progress
 from selector.stats import bootstrap_interval, wilson_interval
-from selector.tasks.loader import Task
+from selector.tasks.task import Task
 from selector.tasks.metrics import ScoreInput, get_metric, pick_choice
 from selector.tasks.prompts import build_requests, resolve_style
 from selector.types import SampleRecord, TaskResult

@@ -20,7 +20,9 @@ import yaml
 
 from selector.errors import EvalsetError
 from selector.tasks import lmeval_scoring
-from selector.tasks.loader import STYLES, Item, Task, load_evalset
+from selector.tasks.loader import load_evalset
+from selector.tasks.spec import STYLES
+from selector.tasks.task import Item, Task
 
 log = logging.getLogger("selector.lmeval")
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from selector.engines.base import GenerationRequest, LoglikelihoodRequest, Prompt
 from selector.errors import ConfigError
-from selector.tasks.loader import STYLES, Item, Task
+from selector.tasks.spec import STYLES
+from selector.tasks.task import Item, Task
 
 
 def resolve_style(task: Task, model_name: str, model_prompt_style: str) -> str:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from selector.errors import EvalsetError
 from selector.tasks import build_requests, load_evalset
-from selector.tasks.loader import KEYS
+from selector.tasks.spec import KEYS
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
