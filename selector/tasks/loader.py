@@ -11,7 +11,6 @@ import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
 from selector.errors import EvalsetError
 from selector.registry import UnknownNameError
@@ -19,7 +18,7 @@ from selector.tasks import templates
 from selector.tasks.data import read_rows
 from selector.tasks.items import Renderer, no_leak, unique_ids
 from selector.tasks.metrics import MetricArgError, get_metric
-from selector.tasks.task import Item, Task
+from selector.tasks.task import Task
 from selector.tasks.spec import (
     PROMPT_STYLES,
     STYLES,
