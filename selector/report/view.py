@@ -104,10 +104,23 @@ def _task_cell(result: TaskResult | None, verdict: Verdict | None, task: str) ->
     return Cell(fmt.accuracy_ci(result), "num", f"n={result.n}, {result.metric}, {result.ci_method} CI")
 
 
+def _flips_cell(verdict: Verdict | None) -> Cell:
+    """Answers this variant got differently from its own model at the baseline precision."""
+    if verdict is None or not verdict.baseline_paired:
+        return Cell(fmt.DASH, "num muted")
+    diffs = verdict.baseline_paired.values()
+    n = sum(d.n for d in diffs)
+    down, up = sum(d.flips_to_wrong for d in diffs), sum(d.flips_to_right for d in diffs)
+    per_task = ", ".join(f"{d.task}: -{d.flips_to_wrong}/+{d.flips_to_right}" for d in diffs)
+    return Cell(f"{fmt.pct((down + up) / n)} (-{down} +{up})", "num",
+                f"vs {verdict.baseline} on {n} items; right->wrong / wrong->right per task: {per_task}")
+
+
 def variant_table(records: list[RunRecord], selection: Selection) -> Table:
     tasks = task_names(records, selection)
     verdicts = verdicts_by_variant(selection)
     has_fidelity = any(r.fidelity for r in records)
+    has_flips = any(v.baseline_paired for v in selection.verdicts)
     has_quant_time = any(r.quant and r.quant.quantize_s is not None for r in records)
     has_artifact = any(artifact_bytes(r) is not None for r in records)
     columns = ["variant", "params", "precision", "verdict"]
@@ -116,6 +129,7 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
         columns.append(f"{t} (floor {fmt.pct(floor, 0)})" if floor is not None else t)
     columns += ["weight GB", "peak GB", "TTFT p50 ms", "e2e p50 ms", "e2e p95 ms", "tok/s (batch)"]
     columns += ["KL", "top-1 agree"] if has_fidelity else []
+    columns += ["flips vs baseline"] if has_flips else []
     columns += ["quantize time"] if has_quant_time else []
     columns += ["artifact GB"] if has_artifact else []
     columns.append("reasons")
@@ -143,6 +157,8 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
             title = f"vs {fid.baseline}, {fid.positions} positions" if fid else ""
             row += [Cell(fmt.sig(fid.mean_kl) if fid else fmt.DASH, "num", title),
                     Cell(fmt.pct(fid.top1_agreement) if fid else fmt.DASH, "num", title)]
+        if has_flips:
+            row.append(_flips_cell(verdict))
         if has_quant_time:
             cached = " (cached)" if r.quant and r.quant.cached else ""
             row.append(Cell(fmt.seconds(r.quant.quantize_s if r.quant else None) + cached, "num"))
@@ -154,7 +170,8 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
     table.note = (
         "Accuracy: value [95% CI]; cells below a floor are marked. Peak GB: GPU max allocated where a GPU "
         "was used, else peak RSS of the whole process. Latency: batch 1 after warm-up. tok/s: best output "
-        "tokens per second over the measured batch sizes."
+        "tokens per second over the measured batch sizes. Flips: share of items whose correctness changed "
+        "against the same model at the baseline precision (-: became wrong, +: became right)."
     )
     return table
 

@@ -118,3 +118,26 @@ def test_failures_list_failed_and_skipped_only() -> None:
     assert failures[0]["stage"] == "" and "CUDA" in failures[0]["message"]
     assert failures[1]["stage"] == "quantize" and failures[1]["type"] == "RuntimeError"
     assert "pin_memory" in failures[1]["log_tail"]
+
+
+def test_variant_table_shows_answer_flips_against_the_models_own_baseline():
+    from selector.report import fmt
+    from selector.report.sample import sample_sweep
+    from selector.report.view import variant_table
+    from selector.selection import select
+    from selector.config import PolicyConfig
+
+    records, _, _ = sample_sweep()
+    selection = select(records, PolicyConfig(floors={"sentiment": 0.8}))
+    table = variant_table(records, selection)
+    col = table.columns.index("flips vs baseline")
+    cells = {row[0].text: row[col].text for row in table.rows}
+    quantized = [v for v in selection.verdicts if v.baseline_paired]
+    assert quantized, "the sample sweep has quantized variants with a baseline"
+    for v in quantized:
+        n = sum(d.n for d in v.baseline_paired.values())
+        down = sum(d.flips_to_wrong for d in v.baseline_paired.values())
+        up = sum(d.flips_to_right for d in v.baseline_paired.values())
+        assert cells[v.variant] == f"{fmt.pct((down + up) / n)} (-{down} +{up})"
+    for baseline in {v.baseline for v in quantized}:
+        assert cells[baseline] == fmt.DASH  # a baseline is not compared with itself
