@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from pathlib import Path
@@ -30,9 +31,9 @@ def cmd_list(argv: list[str]) -> int:
     from rich.table import Table
 
     from selector import preflight
-    from selector.logs import quiet_libraries
+    from selector.logs import setup_logging
 
-    quiet_libraries()
+    setup_logging(logging.WARNING)
     console = Console()
     cuda = preflight.cuda_available()
     console.print(f"[bold]This machine:[/] {'CUDA GPU available' if cuda else 'no CUDA GPU (CPU only)'}")
@@ -46,7 +47,7 @@ def cmd_list(argv: list[str]) -> int:
         src = cfg.model.source
         where = src.repo_id or src.path or ", ".join(src.packages[:1]) + (" ..." if len(src.packages) > 1 else "")
         models.add_row(path.stem, f"{cfg.model.params_b:g}B", f"{src.kind}: {where}", cfg.model.prompt_style,
-                       "yes" if ok else f"no: {why}")
+                       _runs_here(ok, why, f"model={path.stem}"))
     console.print(models)
 
     precisions = Table(title="Precisions (precision=NAME)")
@@ -55,7 +56,8 @@ def cmd_list(argv: list[str]) -> int:
     for path in sorted((CONF_DIR / "precision").glob("*.yaml")):
         cfg = _compose([f"precision={path.stem}", "model=smollm2-135m"])
         ok, why = preflight.availability(cfg)
-        precisions.add_row(path.stem, cfg.precision.backend, cfg.precision.description, "yes" if ok else f"no: {why}")
+        precisions.add_row(path.stem, cfg.precision.backend, cfg.precision.description,
+                           _runs_here(ok, why, f"precision={path.stem}"))
     console.print(precisions)
 
     evalsets = Table(title="Eval sets (evalset=NAME, or evalset.path=FOLDER)")
@@ -75,6 +77,15 @@ def cmd_list(argv: list[str]) -> int:
         prefix = "+" if group == "sweep" else ""
         console.print(f"[bold]{group}:[/] " + ", ".join(f"{prefix}{group}={n}" for n in names))
     return 0
+
+
+def _runs_here(ok: bool, why: str, subject: str) -> str:
+    """'yes', or 'no: <reason>' without repeating the row's own name."""
+    if ok:
+        return "yes"
+    for prefix in (f"{subject}: ", f"{subject} is not available on cpu: ", f"{subject} "):
+        why = why.removeprefix(prefix)
+    return f"no: {why}"
 
 
 def cmd_select(argv: list[str]) -> int:
