@@ -71,6 +71,7 @@ def finish_sweep(base: Path, wall_s: float) -> None:
         "sweep/failed": sum(r.status == "failed" for r in records),
         "sweep/skipped": sum(r.status == "skipped" for r in records),
         "sweep/wall_s": wall_s,
+        **_memory_metrics(records),
     }
     tags = {"selector.status": "completed", "selector.winner": selection.winner or "none",
             "mlflow.note.content": selection.summary}
@@ -80,6 +81,20 @@ def finish_sweep(base: Path, wall_s: float) -> None:
     print(f"\nReport: {paths['html']}\n        {paths['md']}\n        {paths['json']}")
     if tracker.uri:
         print(f"MLflow: mlflow ui --backend-store-uri {tracker.uri}  (parent run {state.get('parent_run_id')})")
+
+
+def _memory_metrics(records: list[RunRecord]) -> dict[str, float]:
+    """The sweep process itself stays small: each variant's memory lives and dies with its worker."""
+    import resource
+
+    from selector.measure.memory import peak_rss_bytes
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest child, KiB on Linux
+    variants = [r.memory.peak_rss_bytes for r in records if r.memory and r.memory.peak_rss_bytes]
+    out = {"sweep/parent_peak_rss_gb": peak_rss_bytes() / 2**30, "sweep/largest_child_peak_rss_gb": children / 2**30}
+    if variants:
+        out["sweep/largest_variant_peak_rss_gb"] = max(variants) / 2**30
+    return out
 
 
 def _log_flips(tracker: Any, records: list[RunRecord], selection: Selection) -> None:

@@ -1,0 +1,37 @@
+"""SmolLM2-135M (a real pretrained model from the offline ladder) on a slice of the default eval set,
+through bf16 and bitsandbytes int8: the sweep the README's quick start runs, made small."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.sweep_helpers import mlflow_runs, run_selector
+
+pytestmark = pytest.mark.slow
+
+
+def test_smollm2_bf16_and_int8(tmp_path: Path) -> None:
+    cache = Path(os.environ.get("SELECTOR_CACHE", Path.home() / ".cache" / "selector"))
+    setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": cache}
+    (tmp_path / "conf").mkdir()
+    result = run_selector(setup, "model=smollm2-135m", "precision=bf16,int8", "measure=quick",
+                          "evalset.limit=8", "evalset.tasks=[sentiment,extraction,arithmetic]", timeout=1800)
+    assert result.returncode == 0, result.stderr[-4000:]
+    parents, children = mlflow_runs(setup["out"])
+    runs = {c.info.run_name: c.data for c in children}
+    assert set(runs) == {"smollm2-135m/bf16", "smollm2-135m/int8"}
+    bf16, int8 = runs["smollm2-135m/bf16"], runs["smollm2-135m/int8"]
+    # A real model, not noise: SmolLM2 reads sentiment well with plain few-shot prompts (FINDINGS.md).
+    assert bf16.metrics["accuracy/sentiment"] >= 0.75
+    assert abs(int8.metrics["accuracy/sentiment"] - bf16.metrics["accuracy/sentiment"]) <= 0.25
+    # int8 keeps about half of bf16's weight bytes (embeddings and norms stay 16-bit).
+    assert 0.45 < int8.metrics["memory/weight_gb"] / bf16.metrics["memory/weight_gb"] < 0.75
+    assert int8.params["backend"] == "bnb" and bf16.params["dtype"] == "bfloat16"
+    assert int8.metrics["fidelity/top1_agreement"] >= 0.8
+    report = json.loads((Path(parents[0].data.params["sweep_dir"]) / "report" / "report.json").read_text())
+    assert report["selection"]["summary"]
+    assert "dequantized GGUF" in (Path(parents[0].data.params["sweep_dir"]) / "report" / "report.md").read_text()
