@@ -1,0 +1,247 @@
+"""How far a variant's next-token distributions moved from the baseline precision of the same model.
+
+Probe set: the first PROBE_PROMPTS prompts of the eval set (taken round-robin over its tasks, so each
+task is represented) exactly as the model sees them (the engine's rendering, chat template and
+few-shot examples included), plus CORPUS_PROBES texts of the built-in calibration corpus; the last
+PROBE_POSITIONS positions of each. The same token ids go through every variant.
+
+The baseline run (`cfg.baseline_precision`, bf16 by default) saves, per position, its top-k
+(TOP_K=256) token ids and log-probabilities plus the log of the remaining mass to
+`<cache>/fidelity/<model>-<probehash>.safetensors`. Every other variant loads that file (or, when it
+is missing, loads the baseline in its own process, writes the file and frees it) and reports:
+
+- mean KL(baseline || variant) over the K+1 buckets "each of the baseline's top-k tokens" and "all
+  other tokens". This is exact for those bucketed distributions and, by the log-sum inequality
+  (merging outcomes never increases KL), a lower bound of the full-vocabulary KL; with k=256 the
+  rest bucket usually holds well under 1% of the mass, so the bound is tight in practice.
+- top-1 agreement: how often the variant's most likely next token is the baseline's.
+
+The baseline itself gets None (there is nothing to compare it with), not KL 0.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from selector.config import SelectorConfig, to_dict
+from selector.types import FidelityResult
+
+log = logging.getLogger("selector.fidelity")
+
+PROBE_PROMPTS = 32
+CORPUS_PROBES = 4
+PROBE_POSITIONS = 32
+MAX_PROBE_TOKENS = 1024  # longer prompts keep their last tokens (the positions that are measured)
+TOP_K = 256
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Reference:
+    """The baseline's view of every probe position."""
+
+    ids: Any  # int64 [positions, k]: the baseline's top-k token ids, most likely first
+    logp: Any  # float32 [positions, k]: their log-probabilities
+    rest: Any  # float32 [positions]: log of the probability mass outside the top-k
+
+
+def measure_fidelity(loaded: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> FidelityResult | None:
+    """KL and top-1 agreement of `loaded` against the baseline precision; None for the baseline."""
+    from selector.engines.hf import HFEngine
+
+    engine = HFEngine(loaded.model, loaded.tokenizer)
+    probes = probe_token_ids(engine, tasks, cfg)
+    if not probes:
+        log.warning("fidelity: no probe prompts; skipped")
+        return None
+    path = reference_path(cfg, probes)
+    if cfg.precision.name == cfg.baseline_precision:
+        if not path.exists():
+            save_reference(path, reference_from(loaded.model, probes))
+        return None
+    ref = load_reference(path)
+    if ref is None:
+        ref = _reference_from_baseline(cfg, probes, loaded.device)
+        if ref is None:
+            return None
+        save_reference(path, ref)
+    kl, agree = compare_model(ref, loaded.model, probes)
+    return FidelityResult(
+        baseline=f"{cfg.model.name}/{cfg.baseline_precision}",
+        mean_kl=float(kl.mean()),
+        top1_agreement=float(agree.float().mean()),
+        positions=int(kl.numel()),
+    )
+
+
+# ---- probes -------------------------------------------------------------------------------------
+def probe_prompts(tasks: Sequence[Any], cfg: SelectorConfig, k: int = PROBE_PROMPTS) -> list[Any]:
+    """The first `k` eval prompts, round-robin over tasks, as each task builds them for this model."""
+    from selector.tasks import build_prompt, resolve_style
+
+    queues = [(t, resolve_style(t, cfg.model.name, cfg.model.prompt_style), list(t.items)) for t in tasks]
+    prompts: list[Any] = []
+    row = 0
+    while len(prompts) < k and any(row < len(items) for _, _, items in queues):
+        for task, style, items in queues:
+            if row < len(items) and len(prompts) < k:
+                prompts.append(build_prompt(task, items[row], style))
+        row += 1
+    return prompts
+
+
+def corpus_probes(n: int = CORPUS_PROBES) -> list[str]:
+    """`n` paragraphs spread evenly over the built-in corpus (prose, code and numbers)."""
+    from selector.calibration import BUILTIN_CORPUS, read_paragraphs
+
+    paragraphs = read_paragraphs(BUILTIN_CORPUS)
+    return [paragraphs[i * len(paragraphs) // n] for i in range(n)]
+
+
+def probe_token_ids(engine: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> list[list[int]]:
+    prompts = probe_prompts(tasks, cfg) + corpus_probes()
+    return [ids[-MAX_PROBE_TOKENS:] for ids in (engine.encode(p) for p in prompts) if ids]
+
+
+def reference_path(cfg: SelectorConfig, probes: list[list[int]]) -> Path:
+    """Keyed by the model config, the baseline precision and the exact probe tokens."""
+    digest = hashlib.sha256()
+    header = {"v": FORMAT_VERSION, "model": to_dict(cfg.model), "baseline": cfg.baseline_precision,
+              "k": TOP_K, "positions": PROBE_POSITIONS}
+    digest.update(json.dumps(header, sort_keys=True, default=str).encode())
+    for ids in probes:
+        digest.update(len(ids).to_bytes(4, "little") + b"".join(i.to_bytes(4, "little") for i in ids))
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in cfg.model.name)
+    return Path(cfg.cache_dir) / "fidelity" / f"{safe}-{digest.hexdigest()[:16]}.safetensors"
+
+
+# ---- distributions ------------------------------------------------------------------------------
+def _probe_logprobs(model: Any, probes: list[list[int]]) -> Iterator[Any]:
+    """Per probe: float32 log-probabilities [positions, vocab] at its last PROBE_POSITIONS.
+
+    One probe at a time, unpadded: the numbers are exactly those of a single-sequence forward, and
+    only one probe's distributions are held at once (a 262k-token vocabulary makes them large).
+    """
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for ids in probes:
+            logits = model(input_ids=torch.tensor([ids], device=device)).logits[0, -PROBE_POSITIONS:]
+            yield torch.log_softmax(logits.float(), dim=-1).cpu()
+
+
+def reference_from(model: Any, probes: list[list[int]]) -> Reference:
+    import torch
+
+    ids, logps, rests = [], [], []
+    for logp in _probe_logprobs(model, probes):
+        top = logp.topk(min(TOP_K, logp.shape[-1]), dim=-1)
+        ids.append(top.indices.to(torch.int64))
+        logps.append(top.values)
+        rests.append(logp.scatter(-1, top.indices, float("-inf")).logsumexp(-1))
+    return Reference(torch.cat(ids), torch.cat(logps), torch.cat(rests))
+
+
+def compare_model(ref: Reference, model: Any, probes: list[list[int]]) -> tuple[Any, Any]:
+    """Per-position KL and agreement of `model` against the reference, probe by probe."""
+    import torch
+
+    kls, agrees, start = [], [], 0
+    for logq in _probe_logprobs(model, probes):
+        end = start + logq.shape[0]
+        if end > ref.ids.shape[0]:
+            raise ValueError("the variant has more probe positions than the baseline reference")
+        part = Reference(ref.ids[start:end], ref.logp[start:end], ref.rest[start:end])
+        kl, agree = compare(part, logq)
+        kls.append(kl)
+        agrees.append(agree)
+        start = end
+    if start != ref.ids.shape[0]:
+        raise ValueError(f"the variant has {start} probe positions, the baseline reference {ref.ids.shape[0]}")
+    return torch.cat(kls), torch.cat(agrees)
+
+
+def compare(ref: Reference, logq: Any) -> tuple[Any, Any]:
+    """Per-position bucketed KL(baseline || variant) and top-1 agreement (bool).
+
+    `logq` is the variant's full log-distribution [positions, vocab] at the reference's positions.
+    """
+    import torch
+
+    q_top = logq.gather(-1, ref.ids)
+    q_rest = logq.scatter(-1, ref.ids, float("-inf")).logsumexp(-1)
+    p_top = ref.logp
+    kl_top = (p_top.exp() * (p_top - q_top)).sum(-1)
+    p_rest_mass = ref.rest.exp()
+    # 0 * log(0/q) = 0: a rest bucket the baseline gives no mass contributes nothing.
+    kl_rest = torch.where(p_rest_mass > 0, p_rest_mass * (ref.rest - q_rest), torch.zeros_like(p_rest_mass))
+    kl = (kl_top + kl_rest).clamp_min(0.0)  # tiny negative values are float rounding
+    agree = logq.argmax(-1) == ref.ids[:, 0]
+    return kl, agree
+
+
+# ---- the reference file -------------------------------------------------------------------------
+def save_reference(path: Path, ref: Reference) -> None:
+    """Written to a temporary name, then renamed: a reader never sees half a file."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tensors = {"ids": ref.ids.contiguous(), "logp": ref.logp.contiguous(), "rest": ref.rest.contiguous()}
+    save_file(tensors, str(tmp), metadata={"format_version": str(FORMAT_VERSION), "top_k": str(ref.ids.shape[-1])})
+    os.replace(tmp, path)
+
+
+def load_reference(path: Path) -> Reference | None:
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        return None
+    t = load_file(str(path))
+    return Reference(t["ids"], t["logp"], t["rest"])
+
+
+def _reference_from_baseline(cfg: SelectorConfig, probes: list[list[int]], device: str) -> Reference | None:
+    """Load the baseline precision here (no file from a baseline run), measure it, free it."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from selector import models
+    from selector.config import CONF_DIR, PrecisionConfig
+    from selector.precisions import get_backend
+    from selector.precisions.base import LoadContext
+
+    yaml = CONF_DIR / "precision" / f"{cfg.baseline_precision}.yaml"
+    if not yaml.is_file():
+        log.warning("fidelity: baseline precision %r has no config (%s); skipped", cfg.baseline_precision, yaml)
+        return None
+    merged = OmegaConf.merge(OmegaConf.structured(PrecisionConfig), OmegaConf.load(yaml))
+    precision: PrecisionConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    backend = get_backend(precision.backend)
+    ok, why = backend.availability(precision, device)
+    if not ok:
+        log.warning("fidelity: baseline %s cannot run here (%s); skipped", precision.name, why)
+        return None
+    log.info("fidelity: no baseline probe file; loading %s/%s in this process", cfg.model.name, precision.name)
+    ctx = LoadContext(model_cfg=cfg.model, device=device, cache_dir=Path(cfg.cache_dir), calibration=cfg.calibration)
+    try:
+        resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=precision.name, progress=False)
+        baseline = backend.load(resolved, precision, ctx)
+    except Exception as e:  # e.g. no memory for a second model: the variant's own results still stand
+        log.warning("fidelity: could not load the baseline %s (%s: %s); skipped", precision.name, type(e).__name__, e)
+        return None
+    try:
+        return reference_from(baseline.model, probes)
+    finally:
+        del baseline
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -1,0 +1,112 @@
+"""gptqmodel 7.6: GPTQ (`method: gptq`, 2/3/4/8 bit) and AWQ (`method: awq`, 4 bit), calibrated
+locally and cached as a safetensors checkpoint in the GPTQ / AWQ-GEMM format that transformers,
+vLLM and SGLang load.
+
+CPU pitfalls handled here (measured, see docs/precisions.md):
+- GPTQMODEL_CPU_WORKERS is set before the first import (its pool breaks on 2 cores otherwise);
+- AWQ picks a CUDA kernel by default ("AWQ: CUDA is not available"): on CPU we ask for the
+  `awq_torch` kernel, which only packs bf16/fp16 weights, so AWQ on CPU needs dtype bfloat16;
+- its AWQ clip search needs every clipped layer's out_features to be a multiple of 64;
+- the group size is lowered to one that divides every quantized layer (SmolLM2: 128 -> 64);
+- it writes per-layer logs into ./logs of the working directory: redirected to a temporary folder;
+- Gemma 3's config gains stray RoPE keys during loading that make saving fail: stripped first.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from selector.config import PrecisionConfig
+from selector.errors import UnavailableError
+from selector.precisions import artifacts, cpu_fixes, groups, local
+from selector.precisions.base import LoadContext, LoadedModel, torch_dtype
+from selector.precisions.prequantized import load_prequantized
+
+BITS = {"gptq": (2, 3, 4, 8), "awq": (4,)}
+OWN_PARAMS = ("group_size", "batch_size")  # ours; every other param goes to gptqmodel's config
+
+
+class GptqModelBackend:
+    def availability(self, precision: PrecisionConfig, device: str) -> tuple[bool, str]:
+        if importlib.util.find_spec("gptqmodel") is None:
+            return False, "gptqmodel is not installed (pip install 'selector[quant]')"
+        if precision.method not in BITS:
+            return False, f"gptqmodel method {precision.method!r} is not one of {', '.join(BITS)}"
+        bits = precision.bits or 4
+        if bits not in BITS[precision.method]:
+            return False, f"gptqmodel {precision.method} supports bits {BITS[precision.method]}, not {bits}"
+        if precision.method == "awq" and device == "cpu" and precision.dtype == "float32":
+            return False, "gptqmodel AWQ on CPU needs dtype bfloat16 or float16 (its awq_torch kernel has no float32)"
+        return True, ""
+
+    def load(self, resolved: Any, precision: PrecisionConfig, ctx: LoadContext) -> LoadedModel:
+        cpu_fixes.set_gptqmodel_workers()
+        if getattr(resolved, "prequantized", False):
+            return load_prequantized(resolved, precision, ctx)
+        import gptqmodel
+
+        linears = groups.quantized_linears(resolved, ctx.model_cfg.trust_remote_code)
+        if precision.method == "awq":
+            misfits = groups.awq_clip_misfits(linears)
+            if misfits:
+                shown = ", ".join(f"{s.name} ({s.out_features})" for s in misfits[:3])
+                raise UnavailableError(
+                    f"gptqmodel AWQ needs out_features divisible by {groups.AWQ_CLIP_ROWS}; {shown} are not "
+                    "(use awq-int4, the llmcompressor AWQ)"
+                )
+        requested = local.int_param(precision, "group_size", 128)
+        group_size = groups.pick_group_size((s.in_features for s in linears), requested)
+        extra = {k: v for k, v in precision.params.items() if k not in OWN_PARAMS}
+        plan = local.QuantPlan(
+            library="gptqmodel",
+            method=str(precision.method),
+            bits=precision.bits or 4,
+            params={"group_size": group_size, "group_size_requested": requested,
+                    "batch_size": local.int_param(precision, "batch_size", 4), **extra},
+            calibration=local.calibration(ctx),
+            versions={"gptqmodel": gptqmodel.__version__, **artifacts.library_versions()},
+        )
+        if group_size != requested:
+            plan.notes.append(f"group size {requested} does not divide every layer; used {group_size}")
+
+        def build(out: Path) -> None:
+            quantize_to(resolved, precision, ctx, plan, out)
+
+        return local.quantize_cached(resolved, precision, ctx, plan, build)
+
+
+def quantize_to(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, plan: local.QuantPlan, out: Path) -> None:
+    """Quantize the base model with gptqmodel and save it (safetensors) into `out`."""
+    from gptqmodel import BACKEND, GPTQModel
+    from gptqmodel.quantization import AWQConfig, GPTQConfig
+
+    on_cpu = not ctx.device.startswith("cuda")
+    extra = {k: v for k, v in plan.params.items() if k not in ("group_size", "group_size_requested", "batch_size")}
+    config_cls = AWQConfig if plan.method == "awq" else GPTQConfig
+    qcfg = config_cls(bits=plan.bits, group_size=plan.params["group_size"], device=ctx.device, **extra)
+    model = GPTQModel.load(
+        str(resolved.path),
+        qcfg,
+        dtype=torch_dtype(precision.dtype),
+        trust_remote_code=ctx.model_cfg.trust_remote_code,
+        # gptqmodel forwards unknown kwargs to the model's constructor: pass only the revision.
+        **({"revision": resolved.revision} if getattr(resolved, "revision", None) else {}),
+    )
+    tokenizer = local.load_tokenizer(resolved)
+    ids = local.tokenize_calibration(tokenizer, plan.calibration.texts, plan.calibration.info["seq_len"])
+    plan.calibration.info["tokens"] = sum(len(x) for x in ids)
+    rows = [{"input_ids": x, "attention_mask": [1] * len(x)} for x in ids]
+    # AWQ's default kernel choice is a CUDA one; the portable torch kernel packs on CPU.
+    backend = BACKEND.AWQ_TORCH if plan.method == "awq" and on_cpu else BACKEND.AUTO
+    with tempfile.TemporaryDirectory(prefix="gptqmodel-logs-") as logs, cpu_fixes.gptqmodel_logs_in(Path(logs)):
+        model.quantize(rows, batch_size=plan.params["batch_size"], backend=backend)
+    removed = cpu_fixes.strip_stray_rope_type(model.model.config)
+    if removed:
+        plan.notes.append(f"removed stray rope_parameters keys {removed} before saving")
+    model.save(str(out))
+    local.save_tokenizer(resolved, out)
+    for leftover in ("quant_log.csv",):  # gptqmodel's per-layer log: not part of a checkpoint
+        (out / leftover).unlink(missing_ok=True)

@@ -1,0 +1,79 @@
+"""Load a checkpoint that was quantized elsewhere (ModelConfig.prequantized), without quantizing.
+
+transformers reads the checkpoint's `quantization_config` and picks the loader: GPTQ (also old
+auto-gptq checkpoints) and AWQ (also old autoawq checkpoints) through gptqmodel, compressed-tensors
+(llmcompressor output), bitsandbytes and torchao through their own integrations.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from selector.config import PrecisionConfig
+from selector.errors import ConfigError
+from selector.precisions.base import (
+    LoadContext,
+    LoadedModel,
+    config_kwargs,
+    dir_bytes,
+    load_tokenizer,
+)
+from selector.precisions.cpu_fixes import set_gptqmodel_workers
+from selector.types import QuantInfo
+
+# quant_method in config.json -> the package that loads it
+LOADER_PACKAGE = {
+    "gptq": "gptqmodel",
+    "awq": "gptqmodel",
+    "compressed-tensors": "compressed-tensors",
+    "bitsandbytes": "bitsandbytes",
+    "torchao": "torchao",
+    "fp8": "transformers",
+}
+SCALAR = (str, int, float, bool, type(None))
+
+
+def load_prequantized(resolved: Any, precision: PrecisionConfig, ctx: LoadContext) -> LoadedModel:
+    from transformers import AutoConfig
+
+    from selector.precisions.local import load_checkpoint
+
+    config = AutoConfig.from_pretrained(resolved.path, **config_kwargs(resolved))
+    qcfg = getattr(config, "quantization_config", None)
+    if qcfg is None:
+        raise ConfigError(
+            f"conf/model/{ctx.model_cfg.name}.yaml",
+            f"prequantized.{precision.name}",
+            f"{resolved.path} has no quantization_config in its config.json: it is not a quantized checkpoint",
+        )
+    qdict = qcfg if isinstance(qcfg, dict) else qcfg.to_dict()
+    method = str(qdict.get("quant_method", "unknown"))
+    package = LOADER_PACKAGE.get(method, "transformers")
+    if package == "gptqmodel":
+        set_gptqmodel_workers()
+    kwargs = resolved.load_kwargs()
+    model = load_checkpoint(
+        resolved.path, precision, ctx, local=False, **{k: v for k, v in kwargs.items() if k != "trust_remote_code"}
+    )
+    artifact_dir = str(resolved.path) if getattr(resolved, "is_local", False) else None
+    quant = QuantInfo(
+        method=method,
+        library=package,
+        library_version=_version(package),
+        params={k: v for k, v in qdict.items() if isinstance(v, SCALAR) and k != "quant_method"},
+        cached=False,
+        quantize_s=None,
+        artifact_dir=artifact_dir,
+        artifact_bytes=dir_bytes(artifact_dir),
+        calibration={"source": "prequantized"},
+    )
+    notes = [f"loaded pre-quantized checkpoint {resolved.path} ({method}); nothing was quantized here"]
+    return LoadedModel(model, load_tokenizer(resolved), ctx.device, artifact_dir, quant, notes)
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "absent"

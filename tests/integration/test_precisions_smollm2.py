@@ -1,0 +1,112 @@
+"""The precisions on a real pretrained model (SmolLM2-135M-Instruct, offline from PyPI), with the
+default calibration budget: each must stay close to the bf16 baseline in what matters, its
+next-token choices on the eval set's own prompts and its accuracy on a task it can do (sentiment).
+
+Slow: converting the model takes ~30 s, GPTQ ~1.5 min and AWQ ~4 min on 2 cores. Set
+SELECTOR_TEST_CACHE to a folder to keep the converted model and the artifacts between runs.
+Skipped when the package index cannot be reached.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from selector import models
+from selector.config import CONF_DIR, CalibrationConfig, ModelConfig, SelectorConfig
+from selector.fidelity import measure_fidelity
+from selector.precisions import get_backend
+from selector.precisions.base import LoadContext, LoadedModel
+from selector.tasks import evaluate_task, load_evalset
+from tests.integration.test_precisions_backends import precision
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+def conf(group: str, name: str, schema: type):  # type: ignore[no-untyped-def]
+    merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(CONF_DIR / group / f"{name}.yaml"))
+    return OmegaConf.to_object(merged)
+
+
+@pytest.fixture(scope="module")
+def smol(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    model: ModelConfig = conf("model", "smollm2-135m", ModelConfig)
+    cache = Path(os.environ.get("SELECTOR_TEST_CACHE") or tmp_path_factory.mktemp("smollm2-cache"))
+    ok, why = models.check_available(model, cache_dir=cache)
+    if not ok:
+        pytest.skip(f"smollm2-135m: {why}")
+    evalset = REPO / "evalsets" / "default"
+    return model, cache, load_evalset(evalset), load_evalset(evalset, ["sentiment"], limit=24)
+
+
+def cfg_for(model: ModelConfig, cache: Path, name: str) -> SelectorConfig:
+    return SelectorConfig(model=model, precision=precision(name), cache_dir=str(cache),
+                          calibration=conf("calibration", "default", CalibrationConfig))
+
+
+def load_variant(cfg: SelectorConfig, tasks: list) -> LoadedModel:  # type: ignore[type-arg]
+    from selector.calibration import calibration_texts
+
+    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)
+    ctx = LoadContext(model_cfg=cfg.model, device="cpu", cache_dir=Path(cfg.cache_dir), calibration=cfg.calibration,
+                      calibration_texts=lambda: calibration_texts(cfg.calibration, tasks))
+    return get_backend(cfg.precision.backend).load(resolved, cfg.precision, ctx)
+
+
+def sentiment_accuracy(loaded: LoadedModel, cfg: SelectorConfig, sentiment: list) -> float:  # type: ignore[type-arg]
+    from selector.engines.hf import HFEngine
+
+    result, _ = evaluate_task(HFEngine(loaded.model, loaded.tokenizer, 8), sentiment[0], cfg.model.name,
+                              cfg.model.prompt_style)
+    return result.value
+
+
+@pytest.fixture(scope="module")
+def baseline_accuracy(smol) -> float:  # type: ignore[no-untyped-def]
+    model, cache, tasks, sentiment = smol
+    cfg = cfg_for(model, cache, "bf16")
+    loaded = load_variant(cfg, tasks)
+    assert measure_fidelity(loaded, tasks, cfg) is None  # writes the probe file the variants read
+    accuracy = sentiment_accuracy(loaded, cfg, sentiment)
+    assert accuracy >= 0.8  # measured 0.92 on the whole task: the model can do this
+    return accuracy
+
+
+@pytest.mark.parametrize(
+    ("name", "min_agreement", "max_kl"),
+    [
+        ("int8", 0.9, 0.1),
+        ("int8-torchao", 0.9, 0.1),
+        ("nf4", 0.7, 0.5),
+        ("gptq-int4", 0.7, 0.5),
+        ("awq-int4", 0.7, 0.5),
+    ],
+)
+def test_smollm2_stays_close_to_bf16(  # type: ignore[no-untyped-def]
+    name: str, min_agreement: float, max_kl: float, smol, baseline_accuracy: float
+) -> None:
+    model, cache, tasks, sentiment = smol
+    cfg = cfg_for(model, cache, name)
+    loaded = load_variant(cfg, tasks)
+    fidelity = measure_fidelity(loaded, tasks, cfg)
+    assert fidelity is not None and fidelity.baseline == "smollm2-135m/bf16"
+    assert fidelity.positions > 1000  # 36 probes x 32 positions
+    accuracy = sentiment_accuracy(loaded, cfg, sentiment)
+    print(f"\nsmollm2-135m {name}: top-1 {fidelity.top1_agreement:.3f} KL {fidelity.mean_kl:.3f} "
+          f"sentiment {accuracy:.3f} (bf16 {baseline_accuracy:.3f})")
+    assert fidelity.top1_agreement >= min_agreement, fidelity
+    assert 0 < fidelity.mean_kl < max_kl, fidelity
+    if loaded.quant is not None and loaded.quant.artifact_dir:
+        # SmolLM2's hidden size 576 is not a multiple of 128: the group size actually used is 64
+        assert loaded.quant.params["group_size"] == 64 and loaded.quant.params["group_size_requested"] == 128
+    if max_kl <= 0.1:  # 8-bit keeps what the model can do
+        assert accuracy >= baseline_accuracy - 0.1
+    else:
+        # 4-bit on a 135M model can lose it (measured: nf4 and gptq-int4 fall to ~0.55 on these 24
+        # items while top-1 agreement stays ~0.88): the sweep exists to show that. Only a broken
+        # variant falls clearly below chance on this balanced task.
+        assert accuracy >= 0.4

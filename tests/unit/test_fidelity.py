@@ -1,0 +1,140 @@
+"""Fidelity maths and bookkeeping: bucketed KL, top-1 agreement, probe selection, the probe file."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from selector.config import ModelConfig, SelectorConfig
+from selector.fidelity import (
+    Reference,
+    compare,
+    corpus_probes,
+    load_reference,
+    probe_prompts,
+    reference_path,
+    save_reference,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def reference_of(logp: torch.Tensor, k: int) -> Reference:
+    top = logp.topk(k, dim=-1)
+    rest = logp.scatter(-1, top.indices, float("-inf")).logsumexp(-1)
+    return Reference(top.indices, top.values, rest)
+
+
+def full_kl(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    return (logp.exp() * (logp - logq)).sum(-1)
+
+
+def random_logp(rows: int, vocab: int, seed: int, scale: float = 3.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.log_softmax(torch.randn(rows, vocab, generator=g, dtype=torch.float64) * scale, dim=-1)
+
+
+def test_identical_distributions_have_zero_kl_and_full_agreement() -> None:
+    logp = random_logp(5, 50, 0)
+    kl, agree = compare(reference_of(logp, 8), logp)
+    assert torch.allclose(kl, torch.zeros(5, dtype=kl.dtype), atol=1e-12)
+    assert agree.all()
+
+
+def test_bucketed_kl_is_exact_when_top_k_covers_the_vocabulary() -> None:
+    p, q = random_logp(6, 20, 1), random_logp(6, 20, 2)
+    kl, _ = compare(reference_of(p, 20), q)
+    assert torch.allclose(kl, full_kl(p, q), rtol=1e-9)
+
+
+def test_bucketed_kl_is_a_lower_bound_that_tightens_with_k() -> None:
+    p, q = random_logp(8, 200, 3), random_logp(8, 200, 4)
+    full = full_kl(p, q)
+    previous = torch.zeros(8, dtype=torch.float64)
+    for k in (1, 4, 16, 64, 199):
+        kl, _ = compare(reference_of(p, k), q)
+        assert (kl <= full + 1e-9).all()
+        assert (kl >= previous - 1e-9).all()  # finer buckets never lose information
+        previous = kl
+    assert torch.allclose(previous, full, rtol=1e-6)
+
+
+def test_kl_matches_a_hand_computed_case() -> None:
+    p = torch.log(torch.tensor([[0.5, 0.3, 0.2]], dtype=torch.float64))
+    q = torch.log(torch.tensor([[0.3, 0.5, 0.2]], dtype=torch.float64))
+    # k=1: buckets {token 0} and {tokens 1, 2}: p = (0.5, 0.5), q = (0.3, 0.7)
+    expected = 0.5 * math.log(0.5 / 0.3) + 0.5 * math.log(0.5 / 0.7)
+    kl, agree = compare(reference_of(p, 1), q)
+    assert kl.item() == pytest.approx(expected, rel=1e-12)
+    assert not agree.item()  # the variant prefers token 1
+    q2 = torch.log(torch.tensor([[0.6, 0.2, 0.2]], dtype=torch.float64))
+    assert compare(reference_of(p, 1), q2)[1].item()
+
+
+def test_agreement_counts_positions_where_the_top_token_matches() -> None:
+    p = torch.log_softmax(torch.tensor([[5.0, 0, 0], [0, 5.0, 0], [0, 0, 5.0], [5.0, 0, 0]]), -1)
+    q = torch.log_softmax(torch.tensor([[5.0, 0, 0], [5.0, 0, 0], [0, 0, 5.0], [0, 5.0, 0]]), -1)
+    _, agree = compare(reference_of(p, 2), q)
+    assert agree.tolist() == [True, False, True, False]
+
+
+def test_a_baseline_with_no_mass_outside_top_k_gives_no_nan() -> None:
+    p = torch.log(torch.tensor([[0.7, 0.3, 0.0, 0.0]], dtype=torch.float64))
+    q = torch.log_softmax(torch.zeros(1, 4, dtype=torch.float64), -1)  # uniform 0.25
+    kl, _ = compare(reference_of(p, 2), q)
+    # buckets: p = (0.7, 0.3, 0), q = (0.25, 0.25, 0.5); the empty rest bucket adds nothing
+    assert kl.item() == pytest.approx(0.7 * math.log(0.7 / 0.25) + 0.3 * math.log(0.3 / 0.25), rel=1e-12)
+
+
+def test_reference_file_round_trip(tmp_path: Path) -> None:
+    ref = reference_of(random_logp(7, 30, 5).float(), 10)
+    path = tmp_path / "fidelity" / "m-abc.safetensors"
+    save_reference(path, Reference(ref.ids.to(torch.int64), ref.logp, ref.rest))
+    back = load_reference(path)
+    assert back is not None
+    assert torch.equal(back.ids, ref.ids) and torch.equal(back.logp, ref.logp) and torch.equal(back.rest, ref.rest)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    assert load_reference(tmp_path / "missing.safetensors") is None
+
+
+def cfg_for(tmp_path: Path, style: str = "chat", baseline: str = "bf16") -> SelectorConfig:
+    return SelectorConfig(model=ModelConfig(name="tiny", prompt_style=style), cache_dir=str(tmp_path),
+                          baseline_precision=baseline)
+
+
+def test_reference_path_depends_on_model_baseline_and_probe_tokens(tmp_path: Path) -> None:
+    probes = [[1, 2, 3], [4, 5]]
+    base = reference_path(cfg_for(tmp_path), probes)
+    assert base.parent == tmp_path / "fidelity" and base.name.startswith("tiny-") and base.suffix == ".safetensors"
+    assert reference_path(cfg_for(tmp_path), [[1, 2, 3], [4, 5]]) == base
+    assert reference_path(cfg_for(tmp_path), [[1, 2, 3], [4, 6]]) != base
+    assert reference_path(cfg_for(tmp_path), [[1, 2], [3, 4, 5]]) != base  # boundaries count
+    assert reference_path(cfg_for(tmp_path, baseline="fp32"), probes) != base
+
+
+def test_probe_prompts_take_the_first_items_round_robin_over_tasks(tmp_path: Path) -> None:
+    from selector.tasks import build_prompt, load_evalset
+
+    tasks = load_evalset(REPO / "evalsets" / "default")
+    prompts = probe_prompts(tasks, cfg_for(tmp_path, "plain"), k=6)
+    assert len(prompts) == 6
+    first_two_rows = [build_prompt(t, t.items[row], "plain") for row in (0, 1) for t in tasks][:6]
+    assert prompts == first_two_rows
+    assert len({str(p) for p in prompts}) == 6
+    chat = probe_prompts(tasks, cfg_for(tmp_path, "chat"), k=3)
+    assert all(isinstance(p, list) and p[-1]["role"] == "user" for p in chat)
+
+
+def test_probe_prompts_stop_when_the_eval_set_runs_out(tmp_path: Path) -> None:
+    from selector.tasks import load_evalset
+
+    tasks = load_evalset(REPO / "evalsets" / "default", ["sentiment"], limit=5)
+    assert len(probe_prompts(tasks, cfg_for(tmp_path), k=32)) == 5
+
+
+def test_corpus_probes_are_spread_over_the_corpus() -> None:
+    probes = corpus_probes(4)
+    assert len(probes) == 4 and len(set(probes)) == 4
