@@ -4,12 +4,21 @@ Generation sorts requests by prompt length (longest first, so an out-of-memory s
 batch), left-pads, stops each sequence at its own stop strings or end-of-turn token, and decodes only
 the new tokens. Log-likelihood runs each distinct context once and scores all its continuations on a
 copy of its KV cache (shared-prefix scoring), which is what makes multiple choice cheap.
+
+The prompts of one call usually start alike: a task's few-shot examples and system prompt are ~80%
+of every prompt in the default eval set. The token prefix all prompts of a call share is run
+through the model once; every batch starts from a copy of its KV cache and runs only its own tokens
+(left-padded between the shared prefix and them, positions counted from the attention mask, so each
+row sees the same tokens at the same positions as it would alone). Only float rounding differs
+(matrix shapes change), as it does between batch compositions.
 Everything is greedy and the batch order is a pure function of the requests: same variant, same
 predictions.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 from collections import defaultdict
 from typing import Any, Sequence
 
@@ -43,16 +52,49 @@ class StopOnStrings:
         return done
 
 
+class SharedPrefix:
+    """The KV cache of a token prefix that every prompt of a call starts with, computed once."""
+
+    def __init__(self, tokens: list[int], cache: Any, device: Any) -> None:
+        self.tokens, self.cache = tokens, cache
+        self.ids = torch.tensor([tokens], dtype=torch.long, device=device)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def cache_for(self, rows: int) -> Any:
+        """A fresh copy for a batch of `rows` (the model appends to the cache it is given)."""
+        cache = copy.deepcopy(self.cache)
+        cache.batch_repeat_interleave(rows)
+        return cache
+
+
+def shared_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """Tokens all sequences start with, leaving each at least one token of its own (the model must
+    run something per row to give that row's next-token logits)."""
+    if not sequences:
+        return 0
+    first, limit = sequences[0], min(len(s) for s in sequences) - 1
+    n = 0
+    while n < limit and all(s[n] == first[n] for s in sequences):
+        n += 1
+    return max(n, 0)
+
+
 class HFEngine:
     name = "hf"
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8, max_batch_tokens: int = 16384):
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8, max_batch_tokens: int = 16384,
+                 min_shared_prefix: int = 16):
         self.model, self.tok = model, tokenizer
         self.batch_size, self.max_batch_tokens = batch_size, max_batch_tokens
+        # Below this many shared tokens a separate prefix pass is not worth its call; 0 turns sharing off.
+        self.min_shared_prefix = min_shared_prefix
         self.device = next(model.parameters()).device
         eos = model.generation_config.eos_token_id
         self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [tokenizer.eos_token_id])
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     # ---- prompts -------------------------------------------------------------------------
     def render(self, prompt: Prompt) -> str:
@@ -72,19 +114,23 @@ class HFEngine:
         for i, r in enumerate(requests):
             groups[(r.max_new_tokens, tuple(r.stop))].append(i)
         for (max_new, stops), idx in groups.items():
+            prefix = self._shared_prefix([encoded[i] for i in idx], extra=max_new)
             for batch in self._batches(idx, encoded, extra=max_new):
-                for i, gen in zip(batch, self._generate_batch([encoded[i] for i in batch], max_new, list(stops))):
+                prompts = [encoded[i] for i in batch]
+                for i, gen in zip(batch, self._generate_batch(prompts, max_new, list(stops), prefix)):
                     results[i] = gen
                 if progress:
                     progress(len(batch))
         return results  # type: ignore[return-value]
 
     @torch.inference_mode()
-    def _generate_batch(self, prompts: list[list[int]], max_new: int, stops: list[str]) -> list[Generation]:
-        ids, mask = self._left_pad(prompts)
+    def _generate_batch(self, prompts: list[list[int]], max_new: int, stops: list[str],
+                        prefix: SharedPrefix | None = None) -> list[Generation]:
+        ids, mask, past = self._inputs(prompts, prefix)
         out = self.model.generate(
             input_ids=ids,
             attention_mask=mask,
+            past_key_values=past,
             max_new_tokens=max_new,
             do_sample=False,
             num_beams=1,
@@ -114,13 +160,17 @@ class HFEngine:
             rendered[key] = r.context
         contexts = list(by_context)
         ctx_ids = [self.encode(rendered[c]) for c in contexts]
-        conts = {i: self._continuation_ids(ctx_ids[n], c, requests[i].continuation)
-                 for n, c in enumerate(contexts) for i in by_context[c]}
+        conts = {}
+        for c in contexts:
+            plain_ctx = self.tok(c, add_special_tokens=False)["input_ids"]  # once per context, not per choice
+            for i in by_context[c]:
+                conts[i] = self._continuation_ids(plain_ctx, c, requests[i].continuation)
         results: list[Loglikelihood | None] = [None] * len(requests)
         longest_cont = max((len(v) for v in conts.values()), default=1)
+        prefix = self._shared_prefix(ctx_ids, extra=longest_cont)
         for batch in self._batches(list(range(len(contexts))), ctx_ids, extra=longest_cont):
             members = [by_context[contexts[n]] for n in batch]
-            scored = self._score_batch([ctx_ids[n] for n in batch], [[conts[i] for i in m] for m in members])
+            scored = self._score_batch([ctx_ids[n] for n in batch], [[conts[i] for i in m] for m in members], prefix)
             for m, values in zip(members, scored):
                 for i, v in zip(m, values):
                     results[i] = v
@@ -128,20 +178,24 @@ class HFEngine:
                 progress(sum(len(m) for m in members))
         return results  # type: ignore[return-value]
 
-    def _continuation_ids(self, ctx: list[int], context: str, continuation: str) -> list[int]:
+    def _continuation_ids(self, plain_ctx: list[int], context: str, continuation: str) -> list[int]:
         # Tokenize context+continuation together so merges across the boundary match what the
         # model would see; fall back to separate encoding when the context's tokens change.
+        # plain_ctx: the context's tokens without special tokens.
         whole = self.tok(context + continuation, add_special_tokens=False)["input_ids"]
-        plain_ctx = self.tok(context, add_special_tokens=False)["input_ids"]
         if whole[: len(plain_ctx)] == plain_ctx and len(whole) > len(plain_ctx):
             return whole[len(plain_ctx) :]
         return self.tok(continuation, add_special_tokens=False)["input_ids"]
 
     @torch.inference_mode()
-    def _score_batch(self, contexts: list[list[int]], continuations: list[list[list[int]]]) -> list[list[Loglikelihood]]:
-        ids, mask = self._left_pad(contexts)
+    def _score_batch(self, contexts: list[list[int]], continuations: list[list[list[int]]],
+                     prefix: SharedPrefix | None = None) -> list[list[Loglikelihood]]:
+        ids, mask, past = self._inputs(contexts, prefix)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        run = ids.shape[1] - (len(prefix) if prefix else 0)  # the tokens this call runs (after the shared prefix)
+        keep = {"logits_to_keep": 1} if self._keeps_logits else {}  # only the next-token logits are read
+        out = self.model(input_ids=ids[:, -run:], attention_mask=mask, position_ids=pos[:, -run:],
+                         past_key_values=past, use_cache=True, **keep)
         last_logp = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
         # One row per continuation, each on a copy of its context's cache.
         owner = [n for n, conts in enumerate(continuations) for _ in conts]
@@ -174,6 +228,40 @@ class HFEngine:
             grouped.append(scores[k : k + len(conts)])
             k += len(conts)
         return grouped
+
+    # ---- shared prefix -------------------------------------------------------------------
+    @torch.inference_mode()
+    def _shared_prefix(self, prompts: Sequence[Sequence[int]], extra: int) -> SharedPrefix | None:
+        """The KV cache of the tokens all `prompts` start with, or None when not worth it or not safe."""
+        if self.min_shared_prefix <= 0 or len(prompts) < 2:
+            return None
+        n = shared_prefix_length(prompts)
+        if n < self.min_shared_prefix:
+            return None
+        # A sliding-window cache keeps only the last `window` tokens: sharing is exact only below it.
+        window = getattr(self.model.config, "sliding_window", None)
+        if window and max(len(p) for p in prompts) + extra >= window:
+            return None
+        tokens = list(prompts[0][:n])
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        keep = {"logits_to_keep": 1} if self._keeps_logits else {}
+        out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **keep)
+        cache = out.past_key_values
+        if cache is None or not hasattr(cache, "batch_repeat_interleave"):
+            return None
+        return SharedPrefix(tokens, cache, self.device)
+
+    def _inputs(self, prompts: list[list[int]], prefix: SharedPrefix | None) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """(input ids, attention mask, past cache or None) for a batch: with a shared prefix, the
+        prefix tokens, then each row's own tokens left-padded; the cache holds the prefix."""
+        if prefix is None:
+            ids, mask = self._left_pad(prompts)
+            return ids, mask, None
+        n = len(prompts)
+        own_ids, own_mask = self._left_pad([p[len(prefix):] for p in prompts])
+        ids = torch.cat([prefix.ids.expand(n, -1), own_ids], dim=1)
+        mask = torch.cat([torch.ones((n, len(prefix)), dtype=own_mask.dtype, device=self.device), own_mask], dim=1)
+        return ids, mask, prefix.cache_for(n)
 
     # ---- batching helpers ----------------------------------------------------------------
     def _batches(self, idx: list[int], encoded: Sequence[Sequence[int]], extra: int) -> list[list[int]]:
