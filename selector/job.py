@@ -7,6 +7,7 @@ run ends with a status, a reason and the log's last lines, and the sweep goes on
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import os
@@ -57,7 +58,7 @@ def _run_isolated(cfg: SelectorConfig, key: str, files: JobFiles, is_reference: 
         preexec_fn=_die_with_parent,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    tail = LogTail()
     tee = threading.Thread(target=_tee, args=(proc, files.log, tail), daemon=True)
     tee.start()
     timed_out = False
@@ -73,7 +74,7 @@ def _run_isolated(cfg: SelectorConfig, key: str, files: JobFiles, is_reference: 
         tee.join(timeout=10)
     if files.record.exists() and not timed_out and proc.returncode == 0:
         return RunRecord.load(files.record)
-    return _crash_record(cfg, key, files, proc.returncode, timed_out, "".join(tail))
+    return _crash_record(cfg, key, files, proc.returncode, timed_out, tail.text())
 
 
 def _die_with_parent() -> None:
@@ -85,7 +86,26 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _tee(proc: subprocess.Popen, log_path: Path, tail: deque) -> None:  # type: ignore[type-arg]
+class LogTail:
+    """The worker output's last lines. Output arrives in chunks that split lines anywhere (a native
+    crash writes its module list one name per write), so a line is kept only once it is complete."""
+
+    def __init__(self, lines: int = LOG_TAIL_LINES, line_chars: int = 2000) -> None:
+        self.lines: deque[str] = deque(maxlen=lines)
+        self.partial, self.line_chars = "", line_chars
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a chunk can split a character
+
+    def feed(self, chunk: bytes) -> None:
+        text = self.partial + self.decoder.decode(chunk).replace("\r", "\n")
+        *complete, self.partial = text.split("\n")
+        self.lines.extend(line[: self.line_chars] + "\n" for line in complete if line.strip())
+        self.partial = self.partial[-self.line_chars :]
+
+    def text(self) -> str:
+        return "".join(self.lines) + self.partial
+
+
+def _tee(proc: subprocess.Popen, log_path: Path, tail: LogTail) -> None:  # type: ignore[type-arg]
     """Copy the worker's output to our stderr (progress bars stay live) and to worker.log."""
     assert proc.stdout is not None
     with log_path.open("ab") as out:
@@ -94,8 +114,7 @@ def _tee(proc: subprocess.Popen, log_path: Path, tail: deque) -> None:  # type: 
             sys.stderr.buffer.flush()
             out.write(chunk)
             out.flush()
-            text = chunk.decode(errors="replace").replace("\r", "\n")
-            tail.extend(line + "\n" for line in text.splitlines() if line.strip())
+            tail.feed(chunk)
 
 
 def _kill(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]

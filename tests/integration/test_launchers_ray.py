@@ -1,5 +1,5 @@
 """Variants as Ray tasks on a real Ray cluster this test starts on this machine (`ray start --head`,
-joined at 127.0.0.1), then the same two variants one after the other with Hydra's local launcher.
+joined at the node IP Ray picks: Ray rewrites a 127.0.0.1 address to it), then the same two variants one after the other with Hydra's local launcher.
 
 The Ray workers start in a directory of their own and without the sweep's environment variable, as
 on a multi-node cluster: they find the parent MLflow run through sweep.json in the sweep folder.
@@ -30,11 +30,14 @@ pytest.importorskip("hydra_plugins.hydra_ray_launcher")
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
+# Ray 2.60 turns on token auth for `ray start` when ~/.ray/auth_token exists (any earlier local
+# ray.init() writes one), while a driver joining by address does not: the same explicit mode for both.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 def free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
 
 
@@ -45,8 +48,8 @@ def ray_head(num_cpus: int = 2) -> Iterator[str]:
     # Ray's unix socket paths must stay under ~107 characters: a short temp dir, not tmp_path.
     temp = Path(tempfile.mkdtemp(prefix="ray"))
     log = temp / "head.log"
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--node-ip-address=127.0.0.1",
+    env = {**os.environ, **RAY_ENV}
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head",
            f"--port={port}", f"--num-cpus={num_cpus}", "--num-gpus=0", "--include-dashboard=false",
            "--disable-usage-stats", f"--temp-dir={temp}", "--object-store-memory=100000000", "--block"]
     with log.open("w") as out:
@@ -57,7 +60,9 @@ def ray_head(num_cpus: int = 2) -> Iterator[str]:
             assert head.poll() is None, f"ray start exited with {head.returncode}:\n{log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"Ray did not start within 180 s:\n{log.read_text()[-3000:]}"
             time.sleep(1)
-        yield f"127.0.0.1:{port}"
+        from ray.util import get_node_ip_address
+
+        yield f"{get_node_ip_address()}:{port}"
     finally:
         for sig, wait in ((signal.SIGTERM, 120), (signal.SIGKILL, 30)):
             try:
@@ -85,7 +90,7 @@ def run_sweep(tiny: dict[str, Path], out: Path, *extra: str) -> tuple[subprocess
            "threads=1", *extra]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
-                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+                          env={**os.environ, **RAY_ENV})
     return done, time.perf_counter() - t0
 
 
