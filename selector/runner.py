@@ -159,6 +159,7 @@ class VariantRun:
         loaded = backend.load(resolved, cfg.precision, ctx)
         if loaded.quant is not None:
             self.record.quant = loaded.quant
+            self.record.quant.notes = list(dict.fromkeys([*loaded.quant.notes, *loaded.notes]))
             if loaded.quant.quantize_s:
                 self.record.timings_s["quantize"] = loaded.quant.quantize_s
         return resolved, loaded
@@ -225,6 +226,13 @@ class VariantRun:
         artifact = loaded.quant.artifact_bytes if loaded.quant and loaded.quant.artifact_bytes else None
         on_disk = artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
         self.record.memory = measure_memory(loaded.model, device, on_disk)
+        held, quant = self.record.memory.weight_bytes, self.record.quant
+        if quant and artifact and held > 1.5 * artifact:
+            # e.g. compressed-tensors int4: transformers unpacks it to the compute dtype to run it.
+            quant.notes.append(
+                f"in memory the weights take {held / 2**30:.2f} GB against {artifact / 2**30:.2f} GB on disk: the "
+                "in-process engine runs this checkpoint format unpacked; a server with a packed kernel for it "
+                "(such as vLLM) keeps it packed")
 
     def _evaluate(self, engine, tasks) -> None:  # type: ignore[no-untyped-def]
         from tqdm.auto import tqdm

@@ -138,6 +138,7 @@ class QuantInfo(_Model):
     artifact_dir: str | None = None
     artifact_bytes: int | None = None
     calibration: dict[str, Any] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)  # what loading changed or could not do, for a person
 
 
 class FidelityResult(_Model):

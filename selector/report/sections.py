@@ -143,7 +143,19 @@ def caveats(records: list[RunRecord], context: dict[str, Any]) -> list[str]:
         out.append(f"{DEQUANTIZED_NOTE} Models: {', '.join(dequantized)}.")
     if any(d == "cpu" or d.startswith("cpu") for d in devices(records, context)):
         out.append(CPU_NOTE)
+    for note, names in loading_notes(records).items():
+        out.append(f"{note} ({', '.join(names)}).")
     return out
+
+
+def loading_notes(records: list[RunRecord]) -> dict[str, list[str]]:
+    """Each distinct note a precision backend left while loading, with the variants it concerns."""
+    notes: dict[str, list[str]] = {}
+    for r in records:
+        for note in r.quant.notes if r.quant else []:
+            if not note.startswith("reused cached artifact"):  # bookkeeping, not a caveat
+                notes.setdefault(note.rstrip("."), []).append(r.variant.name)
+    return notes
 
 
 def meta(records: list[RunRecord], context: dict[str, Any]) -> list[tuple[str, str]]:
