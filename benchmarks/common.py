@@ -222,9 +222,14 @@ def write_results(stem: str, data: dict[str, Any], markdown: str, out_dir: Path 
     """benchmarks/results/<stem>.json and .md (the latest run of this benchmark and model)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    json_path.write_text(json.dumps(data, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    md_path.write_text(markdown, encoding="utf-8")
+    json_path.write_text(redact(json.dumps(data, indent=1, ensure_ascii=False, default=str)) + "\n", encoding="utf-8")
+    md_path.write_text(redact(markdown), encoding="utf-8")
     return json_path, md_path
+
+
+def redact(text: str) -> str:
+    """Results are committed: local paths become the repo-relative or ~ form."""
+    return text.replace(str(REPO_ROOT) + "/", "").replace(str(Path.home()), "~")
 
 
 def say(message: str) -> None:
