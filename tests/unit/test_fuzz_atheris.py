@@ -18,7 +18,7 @@ def test_atheris_finds_no_crash_in_the_loader(tmp_path: Path) -> None:
     seeds.mkdir()
     (seeds / "ok").write_bytes(b'\x00{"id": "1", "q": "2+2", "a": "4"}\n{"id": "2", "q": "{{ a }}", "a": "x"}\n')
     result = subprocess.run(
-        [sys.executable, str(HARNESS), "-runs=1500", "-max_total_time=40", f"-artifact_prefix={tmp_path}/",
+        [sys.executable, str(HARNESS), "-runs=1500", "-max_total_time=40", "-rss_limit_mb=8192", f"-artifact_prefix={tmp_path}/",
          str(seeds)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )

@@ -239,8 +239,9 @@ def test_render_command_quotes_values() -> None:
     argv = render_command("vllm serve {model_path} --host {host} --port {port} --dtype {dtype}",
                           {"model_path": "models/my model", "host": "127.0.0.1", "port": 8123, "dtype": "bfloat16"})
     assert argv == ["vllm", "serve", "models/my model", "--host", "127.0.0.1", "--port", "8123", "--dtype", "bfloat16"]
-    argv = render_command("serve {model_path} --port {port}", {"model_path": "a; rm -rf x", "port": 1})
-    assert argv == ["serve", "a; rm -rf x", "--port", "1"]  # one argument, never a shell command
+    # (a program name no venv holds: render_command prefers the venv's own copy of a program)
+    argv = render_command("no-such-server {model_path} --port {port}", {"model_path": "a; rm -rf x", "port": 1})
+    assert argv == ["no-such-server", "a; rm -rf x", "--port", "1"]  # one argument, never a shell command
 
 
 def test_render_command_rejects_bad_templates() -> None:
