@@ -129,7 +129,9 @@ def _kill_runs(tracker: Any, child: str | None, parent: str | None) -> None:
 
 def tasks_dataset(cfg: SelectorConfig, tasks: Any, ehash: str) -> Any:
     """The eval set as something the tracker can record as an MLflow dataset input."""
-    return EvalsetDataset(cfg.evalset.name, cfg.evalset.path, tasks, ehash)
+    from selector.tasks.loader import locate_evalset
+
+    return EvalsetDataset(cfg.evalset.name, str(locate_evalset(cfg.evalset.path)), tasks, ehash)
 
 
 class EvalsetDataset:

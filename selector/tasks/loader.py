@@ -36,10 +36,22 @@ from selector.tasks.spec import (
 
 # ---- the folder ----
 
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # where evalsets/default lives beside selector/
+
+
+def locate_evalset(path: str | Path) -> Path:
+    """A relative path is taken from the working directory; failing that, from the project folder,
+    so the bundled `evalsets/default` is found when selector is run from anywhere."""
+    folder = Path(path)
+    if folder.is_absolute() or folder.exists():
+        return folder
+    bundled = PROJECT_ROOT / folder
+    return bundled if bundled.exists() else folder
+
 
 def load_evalset(path: str | Path, tasks: list[str] | None = None, limit: int | None = None) -> list[Task]:
     """The tasks of an eval set folder, sorted by name; `limit` keeps the first N items of each."""
-    folder = Path(path)
+    folder = locate_evalset(path)
     if not folder.is_dir():
         problem = "not a folder" if folder.exists() else "eval set folder not found"
         raise EvalsetError(str(folder), None, None, problem)

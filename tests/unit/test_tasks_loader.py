@@ -483,3 +483,14 @@ def test_hash_does_not_depend_on_where_the_folder_is(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     assert evalset_hash(load_evalset(make(a))) == evalset_hash(load_evalset(make(b)))
+
+
+def test_the_bundled_eval_set_is_found_from_any_working_directory(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from selector.tasks.loader import PROJECT_ROOT, locate_evalset
+
+    monkeypatch.chdir(tmp_path)
+    assert locate_evalset("evalsets/default") == PROJECT_ROOT / "evalsets" / "default"
+    assert {t.name for t in load_evalset("evalsets/default")} == {"arithmetic", "code", "extraction", "sentiment"}
+    (tmp_path / "evalsets" / "default").mkdir(parents=True)  # the user's own folder of that name wins
+    assert locate_evalset("evalsets/default") == Path("evalsets/default")
+    assert locate_evalset("no/such/folder") == Path("no/such/folder")  # and the error names what was asked
