@@ -227,7 +227,7 @@ class VariantRun:
         on_disk = artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
         self.record.memory = measure_memory(loaded.model, device, on_disk)
         held, quant = self.record.memory.weight_bytes, self.record.quant
-        if quant and artifact and held > 1.5 * artifact:
+        if quant and artifact and held > 1.15 * artifact:  # packed formats hold about their file size
             # e.g. compressed-tensors int4: transformers unpacks it to the compute dtype to run it.
             quant.notes.append(
                 f"in memory the weights take {held / 2**30:.2f} GB against {artifact / 2**30:.2f} GB on disk: the "
