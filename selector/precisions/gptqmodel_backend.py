@@ -57,20 +57,18 @@ class GptqModelBackend:
                     f"gptqmodel AWQ needs out_features divisible by {groups.AWQ_CLIP_ROWS}; {shown} are not "
                     "(use awq-int4, the llmcompressor AWQ)"
                 )
-        requested = local.int_param(precision, "group_size", 128)
-        group_size = groups.pick_group_size((s.in_features for s in linears), requested)
+        sizes, notes = local.group_size(precision, linears)
         extra = {k: v for k, v in precision.params.items() if k not in OWN_PARAMS}
         plan = local.QuantPlan(
             library="gptqmodel",
             method=str(precision.method),
             bits=precision.bits or 4,
-            params={"group_size": group_size, "group_size_requested": requested,
+            params={**sizes,
                     "batch_size": local.int_param(precision, "batch_size", 4), **extra},
             calibration=local.calibration(ctx),
+            notes=notes,
             versions={"gptqmodel": gptqmodel.__version__, **artifacts.library_versions()},
         )
-        if group_size != requested:
-            plan.notes.append(f"group size {requested} does not divide every layer; used {group_size}")
 
         def build(out: Path) -> None:
             quantize_to(resolved, precision, ctx, plan, out)

@@ -43,8 +43,7 @@ class LlmCompressorBackend:
         from importlib.metadata import version
 
         linears = groups.quantized_linears(resolved, ctx.model_cfg.trust_remote_code)
-        requested = local.int_param(precision, "group_size", 128)
-        group_size = groups.pick_group_size((s.in_features for s in linears), requested)
+        sizes, notes = local.group_size(precision, linears)
         # GPTQ is usually symmetric; AWQ keeps a zero point (asymmetric), as in its paper and vLLM's presets.
         symmetric = bool(precision.params.get("symmetric", precision.method == "gptq"))
         extra = {k: v for k, v in precision.params.items() if k not in OWN_PARAMS}
@@ -52,14 +51,13 @@ class LlmCompressorBackend:
             library="llmcompressor",
             method=str(precision.method),
             bits=precision.bits or 4,
-            params={"group_size": group_size, "group_size_requested": requested, "symmetric": symmetric,
+            params={**sizes, "symmetric": symmetric,
                     "ignore": list(precision.params.get("ignore", ["lm_head"])), **extra},
             calibration=local.calibration(ctx),
+            notes=notes,
             versions={"llmcompressor": version("llmcompressor"),
                       **artifacts.library_versions("compressed-tensors")},
         )
-        if group_size != requested:
-            plan.notes.append(f"group size {requested} does not divide every layer; used {group_size}")
 
         def build(out: Path) -> None:
             quantize_to(resolved, precision, ctx, plan, out)

@@ -135,6 +135,17 @@ def save_tokenizer(resolved: Any, out: Path) -> None:
     AutoTokenizer.from_pretrained(resolved.path, **resolved.load_kwargs()).save_pretrained(out)
 
 
+def group_size(precision: PrecisionConfig, linears: Any) -> tuple[dict[str, int], list[str]]:
+    """The group size to use (the requested one, lowered until it divides every quantized layer),
+    as plan params, and the note saying so when it was lowered."""
+    from selector.precisions import groups
+
+    requested = int_param(precision, "group_size", 128)
+    used = groups.pick_group_size((s.in_features for s in linears), requested)
+    notes = [f"group size {requested} does not divide every layer; used {used}"] if used != requested else []
+    return {"group_size": used, "group_size_requested": requested}, notes
+
+
 def int_param(precision: PrecisionConfig, name: str, default: int) -> int:
     value = precision.params.get(name, default)
     if not isinstance(value, int) or isinstance(value, bool):
