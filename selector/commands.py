@@ -9,18 +9,7 @@ import time
 from pathlib import Path
 
 from selector.config import CONF_DIR
-from selector.errors import UserError
-
-
-def _compose(overrides: list[str]):  # type: ignore[no-untyped-def]
-    """The validated config for these overrides, composed the way a sweep would compose it."""
-    from hydra import compose, initialize_config_dir
-
-    from selector.config import validate
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=False)
-    return validate(cfg)
+from selector.errors import ConfigError, UserError
 
 
 def cmd_list(argv: list[str]) -> int:
@@ -31,6 +20,7 @@ def cmd_list(argv: list[str]) -> int:
     from rich.table import Table
 
     from selector import preflight
+    from selector.compose import compose
     from selector.logs import setup_logging
 
     setup_logging(logging.WARNING)
@@ -42,7 +32,7 @@ def cmd_list(argv: list[str]) -> int:
     for col in ("name", "size", "source", "prompts", "runs here?"):
         models.add_column(col)
     for path in sorted((CONF_DIR / "model").glob("*.yaml")):
-        cfg = _compose([f"model={path.stem}"])
+        cfg = compose([f"model={path.stem}"])
         ok, why = preflight.availability(cfg)
         src = cfg.model.source
         where = src.repo_id or src.path or ", ".join(src.packages[:1]) + (" ..." if len(src.packages) > 1 else "")
@@ -54,7 +44,7 @@ def cmd_list(argv: list[str]) -> int:
     for col in ("name", "backend", "what it is", "runs here?"):
         precisions.add_column(col)
     for path in sorted((CONF_DIR / "precision").glob("*.yaml")):
-        cfg = _compose([f"precision={path.stem}", "model=smollm2-135m"])
+        cfg = compose([f"precision={path.stem}", "model=smollm2-135m"])
         ok, why = preflight.availability(cfg)
         precisions.add_row(path.stem, cfg.precision.backend, cfg.precision.description,
                            _runs_here(ok, why, f"precision={path.stem}"))
@@ -64,7 +54,7 @@ def cmd_list(argv: list[str]) -> int:
     for col in ("name", "path", "tasks (items)"):
         evalsets.add_column(col)
     for path in sorted((CONF_DIR / "evalset").glob("*.yaml")):
-        cfg = _compose([f"evalset={path.stem}"])
+        cfg = compose([f"evalset={path.stem}"])
         try:
             tasks, _ = preflight.load_tasks(cfg)
             summary = ", ".join(f"{t.name} ({len(t.items)})" for t in tasks)
@@ -113,39 +103,39 @@ def cmd_select(argv: list[str]) -> int:
 
 
 def _select(args: argparse.Namespace) -> int:
-    from selector.finish import gather_records, report_context, select_and_report
+    from selector.compose import compose, config_from_dict, policy_with_overrides
+    from selector.finish import report_context, select_and_report
     from selector.report import print_terminal_summary
-    from selector.trackers import make_tracker
-    from selector.types import RunRecord
 
     bad = [o for o in args.overrides if not o.lstrip("+~").startswith("policy")]
     if bad:
         raise UserError(f"command line: select takes only policy overrides; not {', '.join(bad)}")
-    cfg = _compose(args.overrides)
     if args.mlflow_run:
+        from selector.trackers import make_tracker
+
+        defaults = compose([])
         if args.tracking_uri:
-            cfg.tracker.tracking_uri = args.tracking_uri
-        tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
+            defaults.tracker.tracking_uri = args.tracking_uri
+        tracker = make_tracker(defaults.tracker, defaults.experiment, defaults.output_dir)
         records = tracker.load_records(args.mlflow_run)
-        base = Path(cfg.output_dir) / "selections" / args.mlflow_run
+        recorded = tracker.load_sweep_config(args.mlflow_run)
+        base = Path(defaults.output_dir) / "selections" / args.mlflow_run
         state = {"tracking_uri": tracker.uri, "parent_run_id": args.mlflow_run}
     else:
-        source: Path = args.source
-        if not source.exists():
-            raise UserError(f"{source}: no such file or folder")
-        if source.is_file():
-            import json
-
-            records = [RunRecord.model_validate(r) for r in json.loads(source.read_text())["records"]]
-        else:
-            records = gather_records(source) or [RunRecord.load(p) for p in sorted(source.glob("*.json"))]
-        base = source.parent if source.is_file() else source
+        records, recorded, base = _stored(args.source)
         state = {}
+    if not records:
+        raise UserError(f"no RunRecords found in {args.mlflow_run or args.source}")
+    if recorded is None:
+        print(f"note: {args.mlflow_run or args.source} keeps no sweep config (an older sweep or a records folder): "
+              f"starting from the policy recorded with {records[0].name}", file=sys.stderr)
+        recorded = records[0].config
+    cfg = config_from_dict(recorded)  # the sweep's own policy, with the overrides on top
+    cfg.policy = policy_with_overrides(cfg.policy, args.overrides)
+    _check_floor_names(cfg, records, args.overrides)
     from selector.report.samples import load_samples
 
     samples = load_samples(base) if not args.mlflow_run else None  # the outputs shown in the report
-    if not records:
-        raise UserError(f"no RunRecords found in {args.mlflow_run or args.source}")
     out = args.out or base / f"report-{time.strftime('%Y%m%d-%H%M%S')}"
     context = report_context(cfg, state, base, 0.0)
     selection, paths = select_and_report(records, cfg, context, out, samples)
@@ -153,6 +143,44 @@ def _select(args: argparse.Namespace) -> int:
     print(f"\nReport: {paths['html']}")
     return 0
 
+
+def _stored(source: Path) -> tuple[list, dict | None, Path]:  # type: ignore[type-arg]
+    """Records, the sweep's config (when kept) and the folder of a sweep, records folder or report.json."""
+    import json
+
+    from selector.finish import gather_records, read_state
+    from selector.types import RunRecord
+
+    if not source.exists():
+        raise UserError(f"{source}: no such file or folder")
+    if source.is_file():
+        doc = json.loads(source.read_text())
+        records = [RunRecord.model_validate(r) for r in doc["records"]]
+        return records, doc.get("context", {}).get("config"), source.parent
+    records = gather_records(source) or [RunRecord.load(p) for p in sorted(source.glob("*.json"))]
+    config = read_state(source).get("config")
+    report = source / "report" / "report.json"
+    if config is None and report.exists():
+        config = json.loads(report.read_text()).get("context", {}).get("config")
+    return records, config, source
+
+
+def _check_floor_names(cfg, records: list, overrides: list[str]) -> None:  # type: ignore[no-untyped-def, type-arg]
+    """A floor given here must name a task the records measured (a typo would fail every variant)."""
+    from selector.compose import given_keys
+    from selector.floors import check_floor_tasks
+    from selector.selection.checks import validate_policy
+
+    given = given_keys(overrides)
+    measured = sorted({t for r in records for t in r.tasks})
+    asked = {t: f for t, f in cfg.policy.floors.items() if f"policy.floors.{t}" in given or "policy.floors" in given}
+    probe = type(cfg.policy)(floors=asked)
+    check_floor_tasks(probe, None, measured, measured, lambda task: "command line", "of these records")
+    try:
+        validate_policy(cfg.policy)
+    except ConfigError as e:
+        raise ConfigError("command line" if f"policy.{e.field}" in given else "the sweep's recorded policy",
+                          f"policy.{e.field}", e.problem) from None
 
 
 def cmd_plan(argv: list[str]) -> int:

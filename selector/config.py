@@ -212,21 +212,52 @@ def register_schema() -> None:
 register_schema()
 
 
-def validate(cfg: DictConfig, choices: dict[str, str] | None = None) -> SelectorConfig:
-    """Merge a composed config into the schema; raise ConfigError naming file, line and field."""
+def validate(cfg: DictConfig, choices: dict[str, str] | None = None, given: frozenset[str] = frozenset()) -> SelectorConfig:
+    """Merge a composed config into the schema; raise ConfigError naming file, line and field.
+
+    given: the dotted keys set on the command line, so an error there says so."""
     schema = OmegaConf.structured(SelectorConfig)
     try:
         merged = OmegaConf.merge(schema, cfg)
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", "") or ""
-        raise ConfigError(_locate(key, choices), field=key, problem=_first_line(e)) from None
+        raise ConfigError(_locate(key, choices, given), field=key, problem=_first_line(e)) from None
     assert isinstance(obj, SelectorConfig)
     unknown = _unknown_keys(obj)
     if unknown:
         key, cls = unknown
         known = ", ".join(f.name for f in dataclasses.fields(cls))
-        raise ConfigError(_locate(key, choices), field=key, problem=f"unknown key (known in {cls.__name__}: {known})")
+        raise ConfigError(_locate(key, choices, given), field=key, problem=f"unknown key (known in {cls.__name__}: {known})")
+    for key, ok, rule in _RANGES:
+        value = _get(obj, key)
+        if value is not None and not ok(value):
+            raise ConfigError(_locate(key, choices, given), field=key, problem=f"must be {rule}, got {value!r}")
+    return obj
+
+
+# Numbers the schema's types cannot restrict: (field, test, what it must be). Checked before anything loads.
+_RANGES: tuple[tuple[str, Any, str], ...] = (
+    ("threads", lambda v: v >= 1, "a positive number of threads (or null for all cores)"),
+    ("time_limit_s", lambda v: v > 0, "a positive number of seconds (or null for no limit)"),
+    ("memory_limit_gb", lambda v: v > 0, "a positive number of GB (or null for no limit)"),
+    ("engine.batch_size", lambda v: v >= 1, "at least 1"),
+    ("engine.max_batch_tokens", lambda v: v >= 1, "at least 1"),
+    ("evalset.limit", lambda v: v >= 1, "at least 1 item per task (or null for all)"),
+    ("calibration.num_samples", lambda v: v >= 1, "at least 1"),
+    ("calibration.seq_len", lambda v: v >= 1, "at least 1"),
+    ("measure.latency.repeats", lambda v: v >= 1, "at least 1"),
+    ("measure.latency.warmup", lambda v: v >= 0, "0 or more"),
+    ("measure.latency.new_tokens", lambda v: v >= 1, "at least 1"),
+    ("measure.throughput.repeats", lambda v: v >= 1, "at least 1"),
+    ("measure.throughput.new_tokens", lambda v: v >= 1, "at least 1"),
+    ("measure.noise_floor.repeats", lambda v: v >= 0, "0 or more"),
+)
+
+
+def _get(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
     return obj
 
 
@@ -249,8 +280,10 @@ def _first_line(e: Exception) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
-def _locate(full_key: str, choices: dict[str, str] | None) -> str:
-    """Best-effort 'conf/<group>/<choice>.yaml:<line>' for a dotted key."""
+def _locate(full_key: str, choices: dict[str, str] | None, given: frozenset[str] = frozenset()) -> str:
+    """Best-effort 'conf/<group>/<choice>.yaml:<line>' for a dotted key, or 'command line'."""
+    if full_key in given:
+        return "command line"
     group, _, rest = full_key.partition(".")
     if choices and group in choices and choices[group]:
         path = CONF_DIR / group / f"{choices[group]}.yaml"

@@ -59,7 +59,7 @@ def test_row_missing_a_template_field(tiny_setup: dict[str, Path]) -> None:
         ("engine.batch_size=eight", ("command line", "'eight'", "engine.batch_size", "Integer")),
         ("+model.colour=blue", ("model.colour",)),
         ("model.colour=blue", ("model.colour",)),
-        ("policy.rule=strictest", ("conf/policy/default.yaml", "policy.rule", "lower_bound")),
+        ("policy.rule=strictest", ("command line", "policy.rule", "lower_bound")),
         ("policy.floors.code=70", ("policy.floors.code", "fractions")),
     ],
 )

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from selector.commands import _compose
+from selector.compose import compose as _compose
 from selector.types import PerfResult, RunRecord, Variant
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from selector.commands import _compose
+from selector.compose import compose as _compose
 from selector.config import LoadConfig
 from selector.engines.base import GenerationRequest, LoglikelihoodRequest
 from selector.errors import ConfigError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from selector.commands import _compose
+from selector.compose import compose as _compose
 from selector.serving.process import render_command
 
 VALUES = {"model_path": "cache/models/my model", "port": 8123, "host": "127.0.0.1", "dtype": "bfloat16",
