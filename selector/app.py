@@ -27,7 +27,9 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     hc = HydraConfig.get()
     base = hc.sweep.dir if hc.mode.name == "MULTIRUN" else hc.run.dir
     job_dir = _enter_launch_dir(hc.runtime.cwd, Path(hc.runtime.output_dir), Path(str(base)).is_absolute())
-    cfg = preflight.job_config(OmegaConf.create(raw), dict(hc.runtime.choices))
+    from selector.compose import given_keys
+
+    cfg = preflight.job_config(OmegaConf.create(raw), dict(hc.runtime.choices), given_keys(list(hc.overrides.task)))
     tasks, ehash = preflight.load_tasks(cfg)
     key = variant_key(cfg, ehash)
     state = read_state()

@@ -53,13 +53,12 @@ def finish_sweep(base: Path, wall_s: float) -> None:
     from selector.report import print_terminal_summary
     from selector.trackers import make_tracker
 
-    state_path = base / "sweep.json"
-    state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    state = read_state(base)
     records = gather_records(base)
     if not records:
         log.warning("no variant records under %s: nothing to select from", base)
         return
-    cfg = _config_of(records[0])
+    cfg = sweep_config(state, records)
     context = report_context(cfg, state, base, wall_s)
     from selector.report.samples import load_samples
 
@@ -79,8 +78,9 @@ def finish_sweep(base: Path, wall_s: float) -> None:
     _log_flips(tracker, records, selection)
     print_terminal_summary(records, selection)
     print(f"\nReport: {paths['html']}\n        {paths['md']}\n        {paths['json']}")
-    if tracker.uri:
-        print(f"MLflow: mlflow ui --backend-store-uri {tracker.uri}  (parent run {state.get('parent_run_id')})")
+    hint = tracker.ui_hint(state.get("parent_run_id"), [r.mlflow_run_id for r in records if r.mlflow_run_id])
+    if hint:
+        print("MLflow: " + "\n        ".join(hint))
 
 
 def _memory_metrics(records: list[RunRecord]) -> dict[str, float]:
@@ -106,25 +106,32 @@ def _log_flips(tracker: Any, records: list[RunRecord], selection: Selection) -> 
         tracker.log_metrics(run_ids.get(verdict.variant), flip_metrics(verdict))
 
 
-def _config_of(record: RunRecord) -> SelectorConfig:
-    from omegaconf import OmegaConf
+def read_state(base: Path) -> dict[str, Any]:
+    path = base / "sweep.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
-    known = {k: v for k, v in record.config.items() if k in SelectorConfig.__dataclass_fields__}
-    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SelectorConfig), known))
-    assert isinstance(cfg, SelectorConfig)
-    return cfg
+
+def sweep_config(state: dict[str, Any], records: list[RunRecord]) -> SelectorConfig:
+    """The config the sweep ran with (sweep.json). A record's own config says how IT was measured,
+    which for a reused record may be another sweep's policy; only sweeps written before sweep.json
+    held the config fall back to it."""
+    from selector.compose import config_from_dict
+
+    if "config" in state:
+        return config_from_dict(state["config"])
+    log.warning("sweep.json holds no config (an older sweep): using the first record's")
+    return config_from_dict(records[0].config)
 
 
 def abort_sweep(base: Path, why: str) -> None:
     """Close the parent run as FAILED when the end of a sweep itself breaks."""
     from selector.trackers import make_tracker
 
-    state_path = base / "sweep.json"
+    state = read_state(base)
     records = gather_records(base)
-    if not state_path.exists() or not records:
+    if not state or not records:
         return
-    state = json.loads(state_path.read_text())
-    cfg = _config_of(records[0])
+    cfg = sweep_config(state, records)
     tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
     tracker.finish_sweep(state.get("parent_run_id"), {}, {"selector.status": "failed", "selector.reason": why[:5000]},
                          [], status="FAILED")

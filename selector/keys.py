@@ -42,5 +42,7 @@ def variant_key(cfg: SelectorConfig, evalset_hash: str) -> str:
     return digest(material)
 
 
-def sweep_key(experiment: str, variant_keys: list[str]) -> str:
-    return digest({"experiment": experiment, "variants": sorted(variant_keys)})
+def sweep_key(experiment: str, variant_keys: list[str], policy: dict[str, Any]) -> str:
+    """The same variants judged under another policy are another sweep (another parent run, with
+    its own floors as params); the variants' measurements are still reused."""
+    return digest({"experiment": experiment, "variants": sorted(variant_keys), "policy": policy})

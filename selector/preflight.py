@@ -56,9 +56,56 @@ def compose_job(config: DictConfig, overrides: list[str]) -> tuple[DictConfig, d
     return job, choices
 
 
-def job_config(job: DictConfig, choices: dict[str, str] | None) -> SelectorConfig:
+def job_config(job: DictConfig, choices: dict[str, str] | None, given: frozenset[str] = frozenset()) -> SelectorConfig:
+    """One job's validated config, with the floors the sweep applies (see selector.floors).
+
+    given: the keys set on the command line (error messages say so)."""
+    return job_config_and_notices(job, choices, given)[0]
+
+
+def job_config_and_notices(job: DictConfig, choices: dict[str, str] | None,
+                           given: frozenset[str] = frozenset()) -> tuple[SelectorConfig, list[str]]:
     plain = OmegaConf.create({k: v for k, v in job.items() if k != "hydra"})
-    return validate(plain, choices)
+    cfg = validate(plain, choices, given)
+    cfg.policy, notices = resolve_policy(cfg, choices, given)
+    return cfg, notices
+
+
+def resolve_policy(cfg: SelectorConfig, choices: dict[str, str] | None,
+                   given: frozenset[str] = frozenset()) -> tuple[Any, list[str]]:
+    """The eval set's own floors beneath the sweep's; floors naming no task of the eval set refused."""
+    from selector.floors import check_floor_tasks
+    from selector.tasks.evalset_policy import read_evalset_policy
+    from selector.tasks.loader import locate_evalset
+
+    _validate_policy(cfg, choices, given)
+    folder = locate_evalset(cfg.evalset.path)
+    run_tasks = [t.name for t in load_tasks(cfg)[0]]
+    all_tasks = run_tasks if cfg.evalset.tasks is None else [t.name for t in _evalset(cfg.evalset.path, None, 1)[0]]
+    policy_file = f"conf/policy/{(choices or {}).get('policy', 'default')}.yaml"
+
+    def where(task: str) -> str:
+        return "command line" if f"policy.floors.{task}" in given or "policy.floors" in given else policy_file
+
+    return check_floor_tasks(cfg.policy, read_evalset_policy(folder), run_tasks, all_tasks, where, str(cfg.evalset.path))
+
+
+def _validate_policy(cfg: SelectorConfig, choices: dict[str, str] | None, given: frozenset[str]) -> None:
+    """A policy that cannot be applied stops the sweep now, naming where the bad value came from."""
+    from selector.config import CONF_DIR, yaml_line
+    from selector.selection.checks import validate_policy
+
+    choice = (choices or {}).get("policy")
+    try:
+        validate_policy(cfg.policy)
+    except ConfigError as e:
+        key = f"policy.{e.field}"
+        if key in given or "policy.floors" in given and e.field.startswith("floors."):
+            raise ConfigError("command line", key, e.problem) from None
+        path = CONF_DIR / "policy" / f"{choice}.yaml" if choice else None
+        line = yaml_line(path, e.field.split(".")) if path else None
+        where = f"conf/policy/{choice}.yaml" + (f":{line}" if line else "") if choice else "policy"
+        raise ConfigError(where, key, e.problem) from None
 
 
 @functools.lru_cache(maxsize=8)
@@ -108,18 +155,24 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     """Compose and check every job of the sweep; return them with the sweep's key."""
     jobs = grid_overrides(config) if multirun else [list(config.hydra.overrides.task)]
     planned, choices = [], {}
+    from selector.compose import given_keys
+
+    notices: list[str] = []
     for overrides in jobs:
         job, choices = compose_job(config, overrides) if multirun else (config, dict(config.hydra.runtime.choices))
-        cfg = job_config(job, choices)
+        cfg, found = job_config_and_notices(job, choices, given_keys(overrides))
+        notices = notices or found
         _, ehash = load_tasks(cfg)
         ok, why = availability(cfg)
         planned.append(PlannedVariant(cfg, overrides, variant_key(cfg, ehash), ok, why))
     if not planned:
         raise UserError("the sweep has no variants: check hydra.sweeper.params and your overrides")
-    check_policy(planned[0].cfg, choices.get("policy"))
+    policy_notices(planned[0].cfg, notices)
     check_engine_and_load(planned[0].cfg, choices)
     experiment = planned[0].cfg.experiment
-    return planned, sweep_key(experiment, [p.key for p in planned])
+    from selector.config import to_dict
+
+    return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
 
 
 def unavailable_message(planned: list[PlannedVariant]) -> str:
@@ -133,30 +186,19 @@ def unavailable_message(planned: list[PlannedVariant]) -> str:
     )
 
 
-def check_policy(cfg: SelectorConfig, choice: str | None) -> list[str]:
-    """A policy that cannot be applied stops the sweep now, not after hours of measuring.
-    Returns (and logs) warnings about floors that name no task, and tasks without a floor."""
+def policy_notices(cfg: SelectorConfig, notices: list[str]) -> list[str]:
+    """Log what a person should know about the sweep's floors before it starts: floors set aside,
+    and tasks without a floor. (A policy that cannot be applied already stopped the sweep.)"""
     import logging
 
-    from selector.config import CONF_DIR, yaml_line
-    from selector.selection.checks import validate_policy
-
-    try:
-        validate_policy(cfg.policy)
-    except ConfigError as e:
-        path = CONF_DIR / "policy" / f"{choice}.yaml" if choice else None
-        line = yaml_line(path, e.field.split(".")) if path else None
-        where = f"conf/policy/{choice}.yaml" + (f":{line}" if line else "") if choice else "policy"
-        raise ConfigError(where, f"policy.{e.field}", e.problem) from None
+    notices = list(notices or [])
     tasks = [t.name for t in load_tasks(cfg)[0]]
-    warnings = [f"policy floor for '{t}' is ignored: the eval set has no task of that name (tasks: {', '.join(tasks)})"
-                for t in cfg.policy.floors if t not in tasks and t != "weighted"]
     if cfg.policy.default_floor is None:
-        warnings += [f"task '{t}' has no accuracy floor, so it does not constrain the choice "
-                     f"(set policy.floors.{t}=0.8 or policy.default_floor)" for t in tasks if t not in cfg.policy.floors]
-    for w in warnings:
-        logging.getLogger("selector.preflight").warning(w)
-    return warnings
+        notices += [f"task '{t}' has no accuracy floor, so it does not constrain the choice "
+                    f"(set policy.floors.{t}=0.8 or policy.default_floor)" for t in tasks if t not in cfg.policy.floors]
+    for notice in notices:
+        logging.getLogger("selector.preflight").warning(notice)
+    return notices
 
 
 ENGINES = ("hf", "openai")

@@ -80,12 +80,17 @@ class SweepCallback(Callback):
             "sweep_dir": str(base),
         }
         name = f"sweep {time.strftime('%Y-%m-%d %H:%M')} ({len(planned)} variants)"
-        parent = tracker.start_sweep(skey, name, params, {"selector.status": "running"})
+        from selector.config import to_dict
+
+        parent = tracker.start_sweep(skey, name, params, {"selector.status": "running"}, config=to_dict(first))
         stale = tracker.mark_interrupted(parent)
         if stale:
             log.info("marked %d interrupted variant run(s) of an earlier attempt as KILLED", stale)
         base.mkdir(parents=True, exist_ok=True)
         state = {
+            # The sweep's own resolved config: the end of the sweep selects with ITS policy, whatever
+            # the (possibly reused) records were measured under.
+            "config": to_dict(first),
             "parent_run_id": parent,
             "sweep_key": skey,
             "tracking_uri": tracker.uri,

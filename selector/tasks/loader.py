@@ -16,6 +16,7 @@ from selector.errors import EvalsetError
 from selector.registry import UnknownNameError
 from selector.tasks import templates
 from selector.tasks.data import read_rows
+from selector.tasks.evalset_policy import POLICY_FILE
 from selector.tasks.items import Renderer, no_leak, unique_ids
 from selector.tasks.metrics import MetricArgError, get_metric
 from selector.tasks.task import Task
@@ -57,7 +58,8 @@ def load_evalset(path: str | Path, tasks: list[str] | None = None, limit: int | 
         raise EvalsetError(str(folder), None, None, problem)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise EvalsetError(str(folder), None, "limit", f"must be a positive integer, got {limit!r}")
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in (".yaml", ".yml"))
+    files = sorted(p for p in folder.iterdir()
+                   if p.is_file() and p.suffix in (".yaml", ".yml") and p.name != POLICY_FILE)
     if not files:
         raise EvalsetError(str(folder), None, None, "no task files (*.yaml) in this folder")
     specs: dict[str, Spec] = {}

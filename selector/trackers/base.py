@@ -15,8 +15,13 @@ from selector.types import RunRecord
 class Tracker(Protocol):
     uri: str
 
-    def start_sweep(self, sweep_key: str, name: str, params: dict[str, Any], tags: dict[str, str]) -> str | None:
-        """Open (or reopen, to resume) the sweep's parent run; return its id."""
+    def start_sweep(self, sweep_key: str, name: str, params: dict[str, Any], tags: dict[str, str],
+                    config: dict[str, Any] | None = None) -> str | None:
+        """Open (or reopen, to resume) the sweep's parent run, keeping the sweep's config; return its id."""
+        ...
+
+    def load_sweep_config(self, parent_id: str) -> dict[str, Any] | None:
+        """The config a sweep was started with (None for sweeps recorded before it was kept)."""
         ...
 
     def start_variant(self, parent_id: str | None, record_name: str, key: str, tags: dict[str, str]) -> str | None: ...
@@ -40,11 +45,18 @@ class Tracker(Protocol):
 
     def load_records(self, parent_id: str) -> list[RunRecord]: ...
 
+    def ui_hint(self, parent_id: str | None, child_ids: list[str]) -> list[str]:
+        """Lines telling a person how to open the sweep in the tracker's UI (none without one)."""
+        ...
+
 
 class NullTracker:
     uri = ""
 
-    def start_sweep(self, sweep_key, name, params, tags):  # type: ignore[no-untyped-def]
+    def start_sweep(self, sweep_key, name, params, tags, config=None):  # type: ignore[no-untyped-def]
+        return None
+
+    def load_sweep_config(self, parent_id):  # type: ignore[no-untyped-def]
         return None
 
     def start_variant(self, parent_id, record_name, key, tags):  # type: ignore[no-untyped-def]
@@ -64,6 +76,9 @@ class NullTracker:
 
     def finish_sweep(self, parent_id, metrics, tags, artifacts, status="FINISHED"):  # type: ignore[no-untyped-def]
         return None
+
+    def ui_hint(self, parent_id, child_ids):  # type: ignore[no-untyped-def]
+        return []
 
     def load_records(self, parent_id):  # type: ignore[no-untyped-def]
         raise ValueError("no tracker is configured (tracker=none): load records from the sweep folder instead")

@@ -22,7 +22,10 @@ from selector.types import RunRecord
 log = logging.getLogger("selector.mlflow")
 T = TypeVar("T")
 RECORD_ARTIFACT = "record.json"
-RETRIES_ENV = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"  # read by MLflow's HTTP client on every request
+SWEEP_CONFIG_ARTIFACT = "sweep_config.json"
+RETRIES_ENV = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
+UI_ADDRESS = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}  # MLflow 3 opens it on its runs table  # read by MLflow's HTTP client on every request
 
 
 def local_uri(output_dir: Path) -> str:
@@ -114,11 +117,13 @@ class MlflowTracker:
     def _experiment(self, name: str, artifact_location: str | None) -> str:
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
+            if exp.tags.get("mlflow.experimentKind") is None:  # made by an older selector, or by hand
+                for key, value in EXPERIMENT_KIND.items():
+                    self.client.set_experiment_tag(exp.experiment_id, key, value)
             return exp.experiment_id
         try:
             # MLflow 3 opens untagged experiments on its GenAI views; ours are model comparisons.
-            return self.client.create_experiment(name, artifact_location=artifact_location,
-                                                 tags={"mlflow.experimentKind": "custom_model_development"})
+            return self.client.create_experiment(name, artifact_location=artifact_location, tags=EXPERIMENT_KIND)
         except Exception:  # another process created it between our two calls
             exp = self.client.get_experiment_by_name(name)
             if exp is None:
@@ -133,11 +138,29 @@ class MlflowTracker:
             )
         )
 
-    def run_url(self, run_id: str) -> str:
-        return f"{self.uri} experiment {self.experiment_id} run {run_id}"
+    def ui_hint(self, parent_id: str | None, child_ids: list[str]) -> list[str]:
+        """How to look at a sweep: the command that serves a local store, and direct links to the
+        sweep's runs (in MLflow 3's model-training view, not its GenAI home) and to its variants
+        side by side."""
+        import json
+        from urllib.parse import quote
+
+        local = not is_remote(self.uri)
+        base = UI_ADDRESS if local else self.uri.rstrip("/")
+        lines = [f"mlflow ui --backend-store-uri {self.uri}"] if local else []
+        lines.append(f"sweep runs: {base}/#/experiments/{self.experiment_id}/runs?workflowType=machine_learning")
+        if parent_id:
+            lines.append(f"sweep run:  {base}/#/experiments/{self.experiment_id}/runs/{parent_id}"
+                         "?workflowType=machine_learning")
+        if len(child_ids) > 1:
+            runs = quote(json.dumps(child_ids, separators=(",", ":")))
+            experiments = quote(json.dumps([self.experiment_id]))
+            lines.append(f"variants side by side: {base}/#/compare-runs?runs={runs}&experiments={experiments}")
+        return lines
 
     # ---- sweep ---------------------------------------------------------------------------
-    def start_sweep(self, sweep_key: str, name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+    def start_sweep(self, sweep_key: str, name: str, params: dict[str, Any], tags: dict[str, str],
+                    config: dict[str, Any] | None = None) -> str:
         import mlflow
 
         previous = self._search(f"tags.`selector.sweep_key` = '{sweep_key}' and tags.`selector.role` = 'sweep'", 1)
@@ -153,7 +176,20 @@ class MlflowTracker:
             all_tags["mlflow.parentRunId"] = outer.info.run_id
         run = self._retry(lambda: self.client.create_run(self.experiment_id, run_name=name, tags=all_tags))
         self._log_params(run.info.run_id, params)
+        if config is not None:
+            self._retry(lambda: self.client.log_dict(run.info.run_id, config, SWEEP_CONFIG_ARTIFACT))
         return run.info.run_id
+
+    def load_sweep_config(self, parent_id: str) -> dict[str, Any] | None:
+        import json
+
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = self.client.download_artifacts(parent_id, SWEEP_CONFIG_ARTIFACT, tmp)
+            except Exception as e:  # a sweep recorded before the config was kept
+                log.debug("run %s has no sweep config: %s", parent_id, e)
+                return None
+            return json.loads(Path(path).read_text())
 
     def finish_sweep(self, parent_id: str | None, metrics: dict[str, float], tags: dict[str, str],
                      artifacts: list[Path], status: str = "FINISHED") -> None:
