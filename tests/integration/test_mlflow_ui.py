@@ -8,7 +8,10 @@ Screenshots go to $SELECTOR_ARTIFACTS_DIR (default: the test's tmp_path); their 
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import socket
@@ -17,6 +20,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,15 +37,25 @@ VARIANTS = ["tiny/bf16", "tiny/fp32"]
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Path]:
+def sweep(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("mlflow-ui")
     write_model_config(base / "conf", "tiny", tiny_model_dir)
-    setup = {"base": base, "conf": base / "conf", "out": base / "out", "cache": base / "cache"}
+    setup: dict[str, Any] = {"base": base, "conf": base / "conf", "out": base / "out", "cache": base / "cache"}
     result = run_selector(setup, "model=tiny", "precision=fp32,bf16", *QUICK)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     [report] = (setup["out"] / "sweeps").glob("*/report/report.html")
     assert 'id="examples"' in report.read_text()  # the end of the sweep passed the samples to the report
+    setup["printed"] = printed_mlflow_hint(result.stdout)
     return setup
+
+
+def printed_mlflow_hint(stdout: str) -> dict[str, str]:
+    """What the sweep told the user to run and open, from its last lines."""
+    tail = stdout[stdout.index("MLflow: "):]
+    command = re.search(r"MLflow: (mlflow ui --backend-store-uri \S+)", tail)
+    links = dict(re.findall(r"^\s+(sweep runs|sweep run|variants side by side): +(\S+)$", tail, re.M))
+    assert command and set(links) == {"sweep runs", "sweep run", "variants side by side"}, tail
+    return {"command": command.group(1), **links}
 
 
 def _free_port() -> int:
@@ -51,12 +65,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(sweep: dict[str, Path]):  # type: ignore[no-untyped-def]
+def server(sweep: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """The command the sweep printed, run as printed (on a free port instead of 5000)."""
     port = _free_port()
     log = (sweep["base"] / "mlflow-server.log").open("w")
+    command = shlex.split(sweep["printed"]["command"])
+    assert command[:2] == ["mlflow", "ui"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{sweep['out'] / 'mlflow.db'}",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        [sys.executable, "-m", *command, "--port", str(port), "--workers", "1"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # its own group: stopped as a whole
     url = f"http://127.0.0.1:{port}"
     try:
@@ -117,8 +133,13 @@ def test_mlflow_ui_shows_the_sweep_its_variants_and_their_metrics(  # type: igno
     assert sorted(by_name) == VARIANTS
     experiment = parent.info.experiment_id
 
-    # The runs table: the sweep run, and its variant runs nested under it once it is expanded.
-    _open(page, f"{server}/#/experiments/{experiment}/runs?workflowType=machine_learning")
+    printed = {k: v.replace("http://127.0.0.1:5000", server) for k, v in sweep["printed"].items()}
+    # The printed link opens the runs table in MLflow's model-training view (not its GenAI home):
+    # the sweep run, and its variant runs nested under it once it is expanded.
+    assert f"/#/experiments/{experiment}/runs" in printed["sweep runs"]
+    _open(page, printed["sweep runs"])
+    page.get_by_role("link", name="Models", exact=True).first.wait_for()  # model-training navigation
+    assert page.get_by_text("Welcome to MLflow", exact=False).count() == 0
     parent_link = page.get_by_role("link", name=parent.info.run_name, exact=True)
     parent_link.wait_for()
     assert page.get_by_role("link", name="tiny/fp32", exact=True).count() == 0  # collapsed at first
@@ -162,9 +183,12 @@ def test_mlflow_ui_shows_the_sweep_its_variants_and_their_metrics(  # type: igno
     page.get_by_text("report", exact=True).first.click()
     page.get_by_text("report.html", exact=True).first.wait_for()
 
-    # The compare page: both variants side by side, each metric value in its run's column.
-    ids = [by_name[n].info.run_id for n in VARIANTS]
-    _open(page, f'{server}/#/compare-runs?runs=["{ids[0]}","{ids[1]}"]&experiments=["{experiment}"]')
+    # The printed sweep-run link: the sweep's verdict as the run's description.
+    _open(page, printed["sweep run"])
+    page.get_by_text(parent.data.tags["mlflow.note.content"][:60], exact=False).first.wait_for()
+
+    # The printed compare link: both variants side by side, each metric value in its run's column.
+    _open(page, printed["variants side by side"])
     page.get_by_text("Comparing 2 Runs", exact=False).wait_for()
     for name in VARIANTS:
         page.get_by_text(name, exact=True).first.wait_for()
@@ -184,6 +208,11 @@ def test_mlflow_ui_shows_the_sweep_its_variants_and_their_metrics(  # type: igno
             }
             return out.sort((a, b) => a[0] - b[0]).map(p => p[1]);
         }""", label.element_handle())
-    expected = [f"{by_name[n].data.metrics['accuracy/sentiment']:g}" for n in VARIANTS]
+    from urllib.parse import parse_qs, unquote
+
+    shown = json.loads(parse_qs(unquote(printed["variants side by side"]).split("?", 1)[1])["runs"][0])
+    assert sorted(shown) == sorted(by_name[n].info.run_id for n in VARIANTS)
+    by_id = {c.info.run_id: c for c in children}
+    expected = [f"{by_id[i].data.metrics['accuracy/sentiment']:g}" for i in shown]
     assert on_line[:2] == expected, on_line
     _shot(page, tmp_path, "mlflow-compare.png")
