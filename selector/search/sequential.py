@@ -122,8 +122,9 @@ class FloorTest:
         if n > self.n_total:
             raise ValueError(f"{self.task}: {n} scores for {self.n_total} items")
         if math.isnan(self.target):
-            return self._decision(True, True, self._scale(1.0), 1.0, n, y, "no full-set result can pass")
-        best_case = (y.sum() + self.n_total - n) / self.n_total
+            why = f"no full-set result on {self.n_total} items can pass the {self.rule} rule's floor {100 * self.limit:.1f}%"
+            return self._decision(True, True, self._scale(1.0), 1.0, n, y, why)
+        best_case = float(y.sum() + self.n_total - n) / self.n_total
         if best_case < self.target - (1e-9 if self.binary else 0.0):
             return self._decision(True, True, self._scale(best_case), 1.0, n, y, "")
         k = self.look_at(n)
