@@ -4,9 +4,9 @@ Each simulated sweep draws an eval set (3 tasks of 40-200 items; 0/1 scores, or 
 fractional scores on a quarter of the tasks), a ladder of 4 models x 3 precisions whose per-item
 scores come from a shared item difficulty, a rule (point or lower_bound with Wilson), a per-variant
 alpha (0.01, 0.05 or 0.10) and floors (up to 20 points under the best variant's full-set score, in
-steps of 5 points, so some variants sit far from a floor and some near it). In "boundary" sweeps (a third) the floors are set so one
-variant's full-set result sits exactly on the threshold of every task: the least favourable case
-for a false rejection. The full-evaluation verdict of every variant is computed on the same item
+steps of 5 points, so some variants sit far from a floor and some near it). In "boundary" sweeps
+(a third) the floors are set so one variant's full-set result sits exactly on the threshold of
+every task: the least favourable case for a false rejection. The full-evaluation verdict of every variant is computed on the same item
 populations with selector.stats.wilson_interval, independently of the search code; the adaptive
 side runs the real FloorTests (one per floor, alpha split over them) and the real SearchDriver.
 
@@ -111,7 +111,9 @@ def rejection_round(test: FloorTest, scores: np.ndarray) -> np.ndarray:
     else:
         stakes = bounds.bets(scores, test.target, test.n_total)
         wealth = np.maximum.accumulate(bounds.log_capital(scores, test.target, stakes, test.n_total), axis=1)
-        reject = (wealth[:, looks - 1] >= math.log(1 / test.alpha)) | ((sums + test.n_total - looks) / test.n_total < test.target)
+        reject = (wealth[:, looks - 1] >= math.log(1 / test.alpha)) | (
+            (sums + test.n_total - looks) / test.n_total < test.target
+        )
     return np.where(reject.any(axis=1), reject.argmax(axis=1), -1)
 
 
@@ -150,7 +152,9 @@ def judge(sweep: dict, spending: str) -> dict:
         first = rejection_round(test, scores[:, sweep["orders"][j]])
         stop = np.where(first >= 0, np.minimum(stop, first), stop)
     total = int(sum(sweep["sizes"]))
-    items_at = np.array([sum(min((r + 1) * ROUND_SIZE, int(n)) for n in sweep["sizes"]) for r in np.minimum(stop, 10**3)])
+    items_at = np.array(
+        [sum(min((r + 1) * ROUND_SIZE, int(n)) for n in sweep["sizes"]) for r in np.minimum(stop, 10**3)]
+    )
     items = np.where(stop < 10**6, np.minimum(items_at, total), total)
     return dict(eligible=eligible, stopped=(stop < 10**6) & (items < total), items=items, total=total)
 
@@ -211,6 +215,11 @@ def exact_boundary_table() -> list[dict]:
     return rows
 
 
+def count(tally: dict, key: str, hits: int, n: int) -> None:
+    hit, total = tally.get(key, (0, 0))
+    tally[key] = (hit + hits, total + n)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sweeps", type=int, default=10_000)
@@ -218,55 +227,54 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.process_time()
     rng = np.random.default_rng(SEED)
-    per_alpha = {a: {"false_rejection": [0, 0], "boundary_false_rejection": [0, 0], "wrong_winner": [0, 0]} for a in ALPHAS}
-    totals = {w: {k: 0.0 for k in ("materialized", "items", "cost", "wall", "grid_materialized", "grid_items", "grid_cost", "grid_wall")} for w in WORKERS}
+    errors: dict[float, dict] = {a: {} for a in ALPHAS}  # alpha -> kind -> (hits, n)
+    work = {w: dict.fromkeys(("materialized", "items", "cost", "wall"), 0.0) for w in WORKERS}
+    grid_work = {w: dict.fromkeys(("materialized", "items", "cost", "wall"), 0.0) for w in WORKERS}
     item_fraction, materialized_fraction, failing_items = [], [], []
-    spending_stats = {s: {"false_rejection": [0, 0], "failing_items": [0.0, 0]} for s in bounds.SPENDING}
+    spending_errors: dict[str, dict] = {s: {} for s in bounds.SPENDING}
+    spending_items: dict[str, list] = {s: [] for s in bounds.SPENDING}
     for k in range(args.sweeps):
         sweep = draw_sweep(rng)
         verdict = judge(sweep, "pocock")
-        stats = per_alpha[sweep["alpha"]]
-        ok = verdict["eligible"]
-        stats["false_rejection"][0] += int(np.sum(ok & verdict["stopped"]))
-        stats["false_rejection"][1] += int(ok.sum())
+        ok, tally = verdict["eligible"], errors[sweep["alpha"]]
+        count(tally, "false_rejection", int(np.sum(ok & verdict["stopped"])), int(ok.sum()))
         if sweep["boundary"] and ok[sweep["target"]]:
-            stats["boundary_false_rejection"][0] += int(verdict["stopped"][sweep["target"]])
-            stats["boundary_false_rejection"][1] += 1
+            count(tally, "boundary_false_rejection", int(verdict["stopped"][sweep["target"]]), 1)
         failing_items += list(verdict["items"][~ok] / verdict["total"])
         for w in WORKERS:
             ours, full = search(sweep, verdict, w), grid(sweep, verdict, w)
-            for key in ("materialized", "items", "cost", "wall"):
-                totals[w][key] += ours[key]
-                totals[w][f"grid_{key}"] += full[key]
+            for key in work[w]:
+                work[w][key] += ours[key]
+                grid_work[w][key] += full[key]
             if w == 1:
                 item_fraction.append(ours["items"] / full["items"])
                 materialized_fraction.append(ours["materialized"] / full["materialized"])
                 if full["best"] is not None:
-                    stats["wrong_winner"][0] += int(ours["best"] != full["best"])
-                    stats["wrong_winner"][1] += 1
+                    count(tally, "wrong_winner", int(ours["best"] != full["best"]), 1)
         if k < args.spending_sweeps:
             for spending in bounds.SPENDING:
                 other = verdict if spending == "pocock" else judge(sweep, spending)
-                s = spending_stats[spending]
-                s["false_rejection"][0] += int(np.sum(ok & other["stopped"]))
-                s["false_rejection"][1] += int(ok.sum())
-                s["failing_items"][0] += float(np.sum(other["items"][~ok] / other["total"]))
-                s["failing_items"][1] += int((~ok).sum())
+                count(spending_errors[spending], "false_rejection", int(np.sum(ok & other["stopped"])), int(ok.sum()))
+                spending_items[spending] += list(other["items"][~ok] / other["total"])
+    setup = {
+        "tasks": 3, "items_per_task": SIZES, "fractional_task_share": 0.25, "alphas": ALPHAS,
+        "rules": ["point", "lower_bound (Wilson, 95%)"], "boundary_sweep_share": 1 / 3,
+        "candidates": len(MODELS) * len(PRECISIONS), "models": MODELS, "precisions": PRECISIONS,
+    }  # fmt: skip
     result = {
-        "seed": SEED, "sweeps": args.sweeps, "round_size": ROUND_SIZE, "spending": "pocock",
-        "setup": {"tasks": 3, "items_per_task": SIZES, "fractional_task_share": 0.25, "rules": ["point", "lower_bound (Wilson, 95%)"],
-                  "alphas": ALPHAS, "boundary_sweep_share": 1 / 3, "candidates": len(MODELS) * len(PRECISIONS),
-                  "models": MODELS, "precisions": PRECISIONS},
-        "per_alpha": {str(a): {key: rate(*v) for key, v in s.items()} for a, s in per_alpha.items()},
+        "seed": SEED, "sweeps": args.sweeps, "round_size": ROUND_SIZE, "spending": "pocock", "setup": setup,
+        "per_alpha": {str(a): {kind: rate(*hn) for kind, hn in t.items()} for a, t in errors.items()},
         "mean_item_fraction": float(np.mean(item_fraction)),
         "mean_materialized_fraction": float(np.mean(materialized_fraction)),
         "mean_item_fraction_of_failing_variants": float(np.mean(failing_items)),
-        "workers": {str(w): {"materialized_vs_grid": t["materialized"] / t["grid_materialized"],
-                             "items_vs_grid": t["items"] / t["grid_items"], "cost_vs_grid": t["cost"] / t["grid_cost"],
-                             "wall_vs_grid": t["wall"] / t["grid_wall"]} for w, t in totals.items()},
-        "spending_comparison": {s: {"sweeps": min(args.sweeps, args.spending_sweeps), "false_rejection": rate(*v["false_rejection"]),
-                                    "mean_item_fraction_of_failing_variants": v["failing_items"][0] / max(1, v["failing_items"][1])}
-                                for s, v in spending_stats.items()},
+        "workers": {
+            str(w): {f"{key}_vs_grid": work[w][key] / grid_work[w][key] for key in work[w]} for w in WORKERS
+        },
+        "spending_comparison": {
+            s: {"sweeps": min(args.sweeps, args.spending_sweeps), "false_rejection": rate(*spending_errors[s]["false_rejection"]),
+                "mean_item_fraction_of_failing_variants": float(np.mean(spending_items[s]))}
+            for s in bounds.SPENDING
+        },
         "exact_boundary": exact_boundary_table(),
         "cpu_seconds": round(time.process_time() - started, 1),
     }  # fmt: skip
@@ -310,10 +318,18 @@ def summary(r: dict) -> str:
         kept = (1 - t["cost_vs_grid"]) / one if one > 0 else float("nan")
         lines.append(f"| {w} | {pct(t['materialized_vs_grid'])} | {pct(t['items_vs_grid'])} | {pct(t['cost_vs_grid'])} "
                      f"| {pct(t['wall_vs_grid'])} | {pct(kept)} |")  # fmt: skip
-    lines += ["", "## Spending functions (same sweeps)", "", "| spending | false rejections | items scored by failing variants |", "|---|---|---|"]
+    lines += [
+        "",
+        "## Spending functions (same sweeps)",
+        "",
+        "| spending | false rejections | items scored by failing variants |",
+        "|---|---|---|",
+    ]
     for s, v in r["spending_comparison"].items():
         fr = v["false_rejection"]
-        lines.append(f"| {s} | {fr['hits']}/{fr['n']} = {pct(fr['rate'] or 0)} | {pct(v['mean_item_fraction_of_failing_variants'])} |")
+        lines.append(
+            f"| {s} | {fr['hits']}/{fr['n']} = {pct(fr['rate'] or 0)} | {pct(v['mean_item_fraction_of_failing_variants'])} |"
+        )
     lines += ["", "## Exact false-rejection probability at the boundary (0/1 scores, floor 60%)", "",
               "| items | alpha per test | exact |", "|---|---|---|"]  # fmt: skip
     for row in r["exact_boundary"]:

@@ -63,7 +63,9 @@ def look_levels(looks: tuple[int, ...], n_total: int, alpha: float, spending: st
 
 
 @lru_cache(maxsize=4096)
-def critical_counts(n_total: int, good_needed: int, looks: tuple[int, ...], levels: tuple[float, ...]) -> tuple[int, ...]:
+def critical_counts(
+    n_total: int, good_needed: int, looks: tuple[int, ...], levels: tuple[float, ...]
+) -> tuple[int, ...]:
     """Per look, the largest count of 1s among the first n items that rejects "the full set holds
     at least good_needed 1s" (-1: no count rejects).
 
@@ -74,7 +76,9 @@ def critical_counts(n_total: int, good_needed: int, looks: tuple[int, ...], leve
     for n, level in zip(looks, levels):
         certain = good_needed - (n_total - n) - 1
         counts = np.arange(n + 1)
-        tail = hypergeom.cdf(counts, n_total, min(good_needed, n_total), n) if good_needed <= n_total else np.zeros(n + 1)
+        tail = (
+            hypergeom.cdf(counts, n_total, min(good_needed, n_total), n) if good_needed <= n_total else np.zeros(n + 1)
+        )
         below = counts[tail <= level]
         out.append(int(max(certain, below.max() if below.size else -1)))
     return tuple(out)

@@ -122,14 +122,14 @@ class FloorTest:
         if n > self.n_total:
             raise ValueError(f"{self.task}: {n} scores for {self.n_total} items")
         if math.isnan(self.target):
-            why = f"no full-set result on {self.n_total} items can pass the {self.rule} rule's floor {100 * self.limit:.1f}%"
-            return self._decision(True, True, self._scale(1.0), 1.0, n, y, why)
+            why = f"no full-set result on {self.n_total} items can pass the {self.rule} rule's floor"
+            return self._decision(True, True, self._scale(1.0), 1.0, n, y, f"{why} {100 * self.limit:.1f}%")
         best_case = float(y.sum() + self.n_total - n) / self.n_total
         if best_case < self.target - (1e-9 if self.binary else 0.0):
-            return self._decision(True, True, self._scale(best_case), 1.0, n, y, "")
+            return self._decision(True, True, self._scale(best_case), 1.0, n, y)
         k = self.look_at(n)
         if k < 0:
-            return self._decision(False, False, self._scale(best_case), 1.0, n, y, "")
+            return self._decision(False, False, self._scale(best_case), 1.0, n, y)
         n_look, level = self.looks[k], self.levels[k]
         prefix = y[:n_look]
         if self.binary:
@@ -143,7 +143,7 @@ class FloorTest:
             upper = bounds.betting_upper(prefix, self.target, self.n_total, self.alpha)
             upper = min(upper, self.target) if reject else max(upper, self.target)  # bisection slack
         level = 1.0 if n_look == self.n_total else 1 - self.alpha
-        return self._decision(reject, False, self._scale(upper), level, n_look, prefix, "")
+        return self._decision(reject, False, self._scale(upper), level, n_look, prefix)
 
     def _scale(self, y_mean: float) -> float:
         """Oriented mean back to the metric's scale (a difference for non_inferiority)."""
@@ -152,8 +152,9 @@ class FloorTest:
             return d if self.higher_is_better else -d
         return y_mean if self.higher_is_better else 1 - y_mean
 
-    def _decision(self, reject: bool, certain: bool, bound: float, level: float, n: int, y: np.ndarray, why: str) -> Decision:
-        return Decision(self.task, reject, certain, bound, level, n, f"{self.task}: {why or self._sentence(reject, certain, bound, level, n, y)}")
+    def _decision(self, reject, certain, bound, level, n, y, why="") -> Decision:
+        reason = why or self._sentence(reject, certain, bound, level, n, y)
+        return Decision(self.task, reject, certain, bound, level, n, f"{self.task}: {reason}")
 
     def _sentence(self, reject: bool, certain: bool, bound: float, level: float, n: int, y: np.ndarray) -> str:
         higher = self.higher_is_better
@@ -199,7 +200,9 @@ class VariantStopper:
     alpha: float
     notes: tuple[str, ...] = field(default=())
 
-    def decisions(self, scores: Mapping[str, Sequence[float]], reference: Mapping[str, Sequence[float]] | None = None) -> list[Decision]:
+    def decisions(
+        self, scores: Mapping[str, Sequence[float]], reference: Mapping[str, Sequence[float]] | None = None
+    ) -> list[Decision]:
         """Every test on the scores seen so far, in evaluation order per task. Non-inferiority tests
         use the differences to the reference's scores on the same items (the shared prefix)."""
         out = []
@@ -216,7 +219,9 @@ class VariantStopper:
             out.append(test.decide(values))
         return out
 
-    def check(self, scores: Mapping[str, Sequence[float]], reference: Mapping[str, Sequence[float]] | None = None) -> Decision | None:
+    def check(
+        self, scores: Mapping[str, Sequence[float]], reference: Mapping[str, Sequence[float]] | None = None
+    ) -> Decision | None:
         """The first rejection after this round (a certain one first), or None: go on."""
         rejections = [d for d in self.decisions(scores, reference) if d.reject]
         return min(rejections, key=lambda d: not d.certain) if rejections else None
@@ -238,24 +243,53 @@ def floor_tests(
     floor_rule = "point" if rule == "non_inferiority" else rule
     for task, floor in sorted(floors.items()):
         if task not in tasks:
-            notes.append(f"{task}: floor {100 * floor:.1f}% " + ("applies to the weighted mix: judged on the full set only" if task == WEIGHTED else "names no task of the eval set"))
+            notes.append(
+                f"{task}: floor {100 * floor:.1f}% "
+                + (
+                    "applies to the weighted mix: judged on the full set only"
+                    if task == WEIGHTED
+                    else "names no task of the eval set"
+                )
+            )
             continue
         spec = tasks[task]
-        t = full_set_threshold(floor_rule, floor, spec.n_items, higher_is_better=spec.higher_is_better, binary=spec.binary, confidence=confidence, ci_method=ci_method)
-        specs.append(dict(task=task, threshold=t, limit=floor, rule=floor_rule, higher_is_better=spec.higher_is_better, binary=spec.binary, n_total=spec.n_items))
+        t = full_set_threshold(
+            floor_rule,
+            floor,
+            spec.n_items,
+            higher_is_better=spec.higher_is_better,
+            binary=spec.binary,
+            confidence=confidence,
+            ci_method=ci_method,
+        )
+        specs.append(
+            dict(
+                task=task,
+                threshold=t,
+                limit=floor,
+                rule=floor_rule,
+                higher_is_better=spec.higher_is_better,
+                binary=spec.binary,
+                n_total=spec.n_items,
+            )
+        )
     if rule == "non_inferiority":
         for task in sorted(tasks if non_inferiority_tasks is None else non_inferiority_tasks):
             spec, margin = tasks[task], (margins or {}).get(task, default_margin)
             specs.append(dict(task=task, threshold=-margin - EPS, limit=-margin, rule=rule, kind="non_inferiority",
                               higher_is_better=spec.higher_is_better, binary=False, n_total=spec.n_items))  # fmt: skip
     share = alpha / max(1, len(specs))
-    tests = tuple(FloorTest(alpha=share, looks=planned_looks(s["n_total"], round_size), spending=spending, **s) for s in specs)
+    tests = tuple(
+        FloorTest(alpha=share, looks=planned_looks(s["n_total"], round_size), spending=spending, **s) for s in specs
+    )
     if tests:
         notes.append(f"alpha {alpha:g} split over {len(tests)} tests: {share:.4g} each (Bonferroni)")
     return VariantStopper(tests, alpha, tuple(notes))
 
 
-def floor_tests_for_policy(policy, tasks: Mapping[str, TaskSpec], alpha: float, round_size: int, **kwargs) -> VariantStopper:
+def floor_tests_for_policy(
+    policy, tasks: Mapping[str, TaskSpec], alpha: float, round_size: int, **kwargs
+) -> VariantStopper:
     """floor_tests from any object with PolicyConfig's fields (rule, floors, default_floor, margins,
     default_margin, confidence, ci_method): the floors are resolved the way the selection does."""
     floors = {}

@@ -31,9 +31,7 @@ def point_threshold(floor: float, n_total: int, higher_is_better: bool, binary: 
     return _most(lambda k: k / n_total <= floor + EPS, n_total)
 
 
-def wilson_threshold(
-    floor: float, n_total: int, confidence: float, higher_is_better: bool, binary: bool
-) -> float:
+def wilson_threshold(floor: float, n_total: int, confidence: float, higher_is_better: bool, binary: bool) -> float:
     """The least full-set mean whose Wilson lower bound at n_total clears the floor (for a ceiling:
     the largest whose upper bound stays under it), computed the way the selection computes it.
 

@@ -127,7 +127,8 @@ def test_evidence_not_needed_when_the_baseline_saw_every_item():
 
 
 def test_evidence_after_an_early_stop_of_the_baseline():
-    cands = [Candidate("m/int4", 0.4 * GB, "m", needs_quantization=True), Candidate("m/bf16", 1.0 * GB, "m", is_baseline=True),
+    cands = [Candidate("m/int4", 0.4 * GB, "m", needs_quantization=True),
+             Candidate("m/bf16", 1.0 * GB, "m", is_baseline=True),
              Candidate("n/int4", 0.5 * GB, "n", needs_quantization=True)]  # fmt: skip
     driver = SearchDriver(cands, complete=True)
     waves = run(driver, {"m/int4": eligible(0.4), "n/int4": STOPPED, "m/bf16": STOPPED})
