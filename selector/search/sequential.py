@@ -65,8 +65,9 @@ class FloorTest:
     """One floor (or non-inferiority margin) of one task, tested on the full set's mean.
 
     threshold: what the full-set mean must reach (a ceiling when lower is better); for
-    kind="non_inferiority" a mean difference to the reference (-margin). limit: the policy's floor
-    or -margin, for the reason text."""
+    kind="non_inferiority" the mean difference to the reference oriented so that negative is worse
+    (-margin, whichever way the metric points). limit: the policy's floor or -margin, for the
+    reason text."""
 
     task: str
     threshold: float
@@ -87,8 +88,8 @@ class FloorTest:
     @cached_property
     def target(self) -> float:
         """The threshold on the oriented scale y in [0, 1], where higher is better."""
-        if self.kind == "non_inferiority":
-            return (self.threshold + 1) / 2 if self.higher_is_better else (1 - self.threshold) / 2
+        if self.kind == "non_inferiority":  # threshold is already oriented: -margin, negative = worse
+            return (self.threshold + 1) / 2
         return self.threshold if self.higher_is_better else 1 - self.threshold
 
     @cached_property

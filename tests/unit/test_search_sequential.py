@@ -169,6 +169,19 @@ def test_non_inferiority_uses_paired_differences():
         stopper.check({"a": ref})
 
 
+def test_non_inferiority_on_a_metric_where_lower_is_better():
+    """An error rate: the variant is worse when its errors rise above the reference's."""
+    tasks = {"err": TaskSpec(100, higher_is_better=False)}
+    stopper = floor_tests(rule="non_inferiority", floors={}, tasks=tasks, alpha=0.05, round_size=20)
+    test = stopper.tests[0]
+    assert test.target == pytest.approx((1 - 0.05) / 2)  # oriented: (d + 1) / 2 >= (1 - margin) / 2
+    ref = np.r_[np.zeros(30), np.ones(10)]  # the reference errs on 10 of 40
+    worse = stopper.check({"err": np.ones(40)}, {"err": ref})  # the variant errs on all 40
+    assert worse is not None and "beyond the 5.0-point margin" in worse.reason
+    assert stopper.check({"err": ref}, {"err": ref}) is None  # the same errors: no difference
+    assert stopper.check({"err": np.zeros(40)}, {"err": ref}) is None  # fewer errors: better
+
+
 def test_scores_are_validated():
     test = binary_test(48, 0.6, 0.05, 12)
     with pytest.raises(ValueError, match="binary"):
