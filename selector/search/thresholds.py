@@ -8,7 +8,8 @@ implies m_N >= t (a ceiling m_N <= t when lower is better):
 - lower_bound, Wilson: the full-set Wilson lower bound grows with m_N, so pass <=> m_N >= t with t
   the least full-set mean whose bound clears the floor (k/N for 0/1 scores: exact).
 - lower_bound, bootstrap: no exact map; the percentile interval's low end lies below the point
-  estimate, so m_N < floor already fails: t = floor (conservative: fewer early rejections).
+  estimate (it does whenever more than alpha/2 of the resampled means do, around half of them on
+  any realistic eval set), so m_N < floor already fails: t = floor (conservative).
 - non_inferiority: on the paired differences d_i = x_i - r_i, t = -margin; the bootstrap interval's
   low end lies below the mean difference, so m_N(d) < -margin fails (conservative too).
 """
