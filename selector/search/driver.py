@@ -1,0 +1,247 @@
+"""The adaptive search as a pure state machine: which candidates to run next, and why each one ends
+where it does. No I/O: the Hydra sweep drives it, and so does benchmarks/adaptive_simulation.py.
+
+    driver = SearchDriver(candidates, workers=2)
+    while not driver.done:
+        wave = driver.next_wave()          # None: wait for the running ones
+        ...run wave.names (every item when wave.full), then driver.report(name, outcome) for each
+
+Order: smallest planned objective first. Candidates within `tie_tolerance` of each other count as
+equal-sized, and among those the ones needing no quantization go first (they load without a
+calibration pass). Equal means: within tie_tolerance (relative) of the smallest candidate of its
+group, groups formed walking up from the smallest. The tolerance is kept <= the pruning margin, so
+putting a slightly larger unquantized candidate first can never get a smaller one pruned.
+
+Pruning (objective weight_memory only): once a candidate is eligible, every candidate not yet run
+whose planned weight exceeds the best measured weight by more than `prune_margin` is "not needed".
+The margin covers the plan's error: planned weights were within 1.7% of measured ones
+(docs/scale-out.md), so 5% leaves room. Latency and cost cannot be planned, so nothing is pruned
+under them: every candidate is measured, and only early rejection saves work.
+
+Evidence: after the search, the best candidate's own model at its baseline precision must have
+been evaluated on every item (the report compares the two on the same items); if it was pruned or
+stopped early, it is handed out once more in an "evidence" wave. `first` candidates (the reference
+under the non_inferiority rule) run fully before the ordered search starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+STATUSES = ("pending", "running", "eligible", "rejected", "stopped", "failed", "skipped", "pruned")
+FULL_SET = ("eligible", "rejected")  # outcomes that saw every item
+PRUNABLE_OBJECTIVES = ("weight_memory",)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    planned: float  # planned objective (weight bytes), known before anything loads
+    model: str
+    needs_quantization: bool = False
+    is_baseline: bool = False  # the model's baseline precision (bf16 of the same model)
+    available: bool = True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # eligible | rejected | stopped | failed | skipped
+    reason: str = ""
+    measured: float | None = None  # measured objective; required for eligible
+    items: int | None = None  # items evaluated, when the runner reports them
+
+    def __post_init__(self) -> None:
+        if self.status not in ("eligible", "rejected", "stopped", "failed", "skipped"):
+            raise ValueError(f"unknown outcome {self.status!r}")
+        if self.status == "eligible" and self.measured is None:
+            raise ValueError("an eligible outcome needs its measured objective")
+
+
+@dataclass(frozen=True)
+class Wave:
+    kind: str  # first | search | evidence
+    names: tuple[str, ...]
+
+    @property
+    def full(self) -> bool:
+        """Evaluate every item, no early stopping (the reference, and evidence for the report)."""
+        return self.kind != "search"
+
+
+@dataclass
+class State:
+    candidate: Candidate
+    status: str = "pending"
+    reason: str = ""
+    measured: float | None = None
+    items: int = 0
+    runs: int = 0  # times materialized (an evidence run after an early stop makes two)
+    role: str = "search"
+
+
+@dataclass
+class SearchDriver:
+    candidates: Iterable[Candidate]
+    workers: int = 1
+    objective: str = "weight_memory"
+    complete: bool = False  # run everything: no pruning (early rejection still applies)
+    first: tuple[str, ...] = ()
+    prune_margin: float = 0.05
+    tie_tolerance: float = 0.05
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        pool = list(self.candidates)
+        if len({c.name for c in pool}) != len(pool):
+            raise ValueError("candidate names must be unique")
+        if self.workers < 1 or not 0 <= self.tie_tolerance <= self.prune_margin:
+            raise ValueError("workers >= 1 and 0 <= tie_tolerance <= prune_margin, please")
+        self.states = {c.name: State(c) for c in pool}
+        missing = [n for n in self.first if n not in self.states]
+        if missing:
+            raise ValueError(f"first names unknown candidates: {', '.join(missing)}")
+        self.order = tuple(c.name for c in search_order(pool, self.tie_tolerance) if c.name not in self.first)
+        for name in self.first:
+            self.states[name].role = "first"
+        for state in self.states.values():
+            if not state.candidate.available:
+                state.status, state.reason = "skipped", "unavailable"
+        self.pruning = self.objective in PRUNABLE_OBJECTIVES and not self.complete
+        if self.objective not in PRUNABLE_OBJECTIVES:
+            self.notes.append(f"objective {self.objective}: the plan cannot estimate it, so no candidate is pruned; "
+                              "only early rejection saves work")  # fmt: skip
+        elif self.complete:
+            self.notes.append("complete: every candidate runs; only early rejection saves work")
+        self._evidence_planned = False
+        self._evidence_for: str | None = None
+
+    # ---- handing out work ----------------------------------------------------------------
+
+    def next_wave(self) -> Wave | None:
+        """Up to `workers` minus the running candidates, in order; None when nothing can start now."""
+        free = self.workers - len(self._with("running"))
+        if free <= 0:
+            return None
+        first = [n for n in self.first if self.states[n].status == "pending"]
+        if first:
+            return self._start("first", first[:free])
+        if any(self.states[n].status == "running" for n in self.first):
+            return None  # the ordered search waits for the reference
+        pending = [n for n in self.order if self.states[n].status == "pending"]
+        if pending:
+            return self._start("search", pending[:free])
+        if self._with("running"):
+            return None
+        if not self._evidence_planned:
+            self._evidence_planned = True
+            needed = self._evidence_needed()
+            if needed:
+                self._evidence_for = self.best
+                return self._start("evidence", [needed])
+        return None
+
+    @property
+    def done(self) -> bool:
+        """Nothing running or left to run, and the evidence wave handed out or not needed."""
+        if self._with("running", "pending"):
+            return False
+        return self._evidence_planned or self._evidence_needed() is None
+
+    def _start(self, kind: str, names: list[str]) -> Wave:
+        for name in names:
+            state = self.states[name]
+            state.status, state.runs = "running", state.runs + 1
+            if kind == "evidence":
+                state.role = "evidence"
+        return Wave(kind, tuple(names))
+
+    # ---- receiving outcomes ----------------------------------------------------------------
+
+    def report(self, name: str, outcome: Outcome) -> None:
+        state = self.states[name]
+        if state.status != "running":
+            raise ValueError(f"{name} is not running (status {state.status})")
+        state.status, state.measured = outcome.status, outcome.measured
+        state.reason = outcome.reason or outcome.status
+        if state.role == "evidence":
+            state.reason = f"evidence for {self._evidence_for}: {state.reason}"
+        if outcome.status == "skipped":
+            state.runs -= 1  # never loaded
+        state.items += outcome.items or 0
+        if outcome.status == "eligible" and self.pruning:
+            self._prune()
+
+    @property
+    def best(self) -> str | None:
+        """The eligible candidate with the lowest measured objective (ties: the name). The final
+        winner is still the selection's to pick from the records; this drives pruning and evidence."""
+        eligible = [s for s in self.states.values() if s.status == "eligible"]
+        return min(eligible, key=lambda s: (s.measured, s.candidate.name)).candidate.name if eligible else None
+
+    def _prune(self) -> None:
+        best = self.states[self.best]  # type: ignore[index]
+        ceiling = best.measured * (1 + self.prune_margin)  # type: ignore[operator]
+        for name in self.order:
+            state = self.states[name]
+            if state.status == "pending" and state.candidate.planned > ceiling:
+                state.status = "pruned"
+                state.reason = (f"not needed: {best.candidate.name} already meets every floor and is smaller "
+                                f"(planned {state.candidate.planned:.4g} > {best.measured:.4g} measured "
+                                f"x {1 + self.prune_margin:g})")  # fmt: skip
+
+    def _evidence_needed(self) -> str | None:
+        """The best candidate's baseline, when it has not seen every item; None otherwise."""
+        best = self.best
+        if best is None:
+            return None
+        model = self.states[best].candidate.model
+        baselines = [s for s in self.states.values() if s.candidate.model == model and s.candidate.is_baseline]
+        if not baselines or baselines[0].candidate.name == best:
+            if not baselines:
+                self._note(f"{best}: no baseline precision of {model} among the candidates; nothing to compare with")
+            return None
+        base = baselines[0]
+        if base.status in FULL_SET:
+            return None
+        if base.status in ("failed", "skipped"):
+            self._note(f"{best}: its baseline {base.candidate.name} {base.status}; the report cannot compare the two")
+            return None
+        return base.candidate.name
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    # ---- what happened ----------------------------------------------------------------------
+
+    def _with(self, *statuses: str) -> list[str]:
+        return [n for n, s in self.states.items() if s.status in statuses]
+
+    def verdicts(self) -> list[tuple[str, str, str]]:
+        """(name, status, one-line reason) for every candidate: first, then in search order."""
+        return [(n, self.states[n].status, self.states[n].reason) for n in (*self.first, *self.order)]
+
+    def counts(self) -> dict[str, int]:
+        states = self.states.values()
+        return {
+            "candidates": len(self.states),
+            "materialized": sum(s.runs for s in states),
+            "items": sum(s.items for s in states),
+            **{status: sum(s.status == status for s in states) for status in STATUSES},
+        }
+
+
+def search_order(candidates: Iterable[Candidate], tie_tolerance: float) -> list[Candidate]:
+    """Smallest planned objective first; within a group of equal size (within tie_tolerance of the
+    group's smallest), unquantized before quantized, then size, then name."""
+    by_size = sorted(candidates, key=lambda c: (c.planned, c.name))
+    out: list[Candidate] = []
+    i = 0
+    while i < len(by_size):
+        j, anchor = i, by_size[i].planned
+        while j < len(by_size) and by_size[j].planned <= anchor * (1 + tie_tolerance):
+            j += 1
+        out += sorted(by_size[i:j], key=lambda c: (c.needs_quantization, c.planned, c.name))
+        i = j
+    return out
