@@ -199,9 +199,9 @@ def run_worker(python: Path, script: str, spec: dict[str, Any], threads: int, ti
 
 def compose(model: str, precision: str) -> Any:
     """selector's validated config for this model and precision, composed as a sweep composes it."""
-    from selector.commands import _compose
+    from selector.compose import compose as compose_config
 
-    return _compose([f"model={model}", f"precision={precision}"])
+    return compose_config([f"model={model}", f"precision={precision}"])
 
 
 def load_selector_model(cfg: Any) -> tuple[Any, Any, float]:

@@ -7,7 +7,7 @@ wall time and examples/second of each.
     python -m benchmarks.vs_lm_eval --profile                     # + where selector's time goes
 
 lm-eval runs from its own venv (benchmarks/.venv-lmeval, $SELECTOR_LMEVAL_VENV or --lmeval-venv;
-see benchmarks/README.md). Each task is exported (selector.tasks.lmeval.export_task) in the prompt
+see benchmarks/README.md). Each task is exported (selector.tasks.lmeval.export.export_task) in the prompt
 style selector uses for this model; chat-style tasks run in lm-eval with --apply_chat_template
 --fewshot_as_multiturn, plain ones without. Runs alternate (lm-eval, selector, lm-eval, ...) so a
 neighbour's load falls on both. Results: benchmarks/results/vs_lm_eval-<model>-<precision>.json/.md.
@@ -59,7 +59,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def exportable(tasks: list[Any]) -> tuple[list[Any], list[str]]:
-    from selector.tasks.lmeval import NOT_EXPORTABLE
+    from selector.tasks.lmeval.export import NOT_EXPORTABLE
 
     keep = [t for t in tasks if t.metric not in NOT_EXPORTABLE]
     skipped = [t.name for t in tasks if t.metric in NOT_EXPORTABLE]
@@ -69,7 +69,7 @@ def exportable(tasks: list[Any]) -> tuple[list[Any], list[str]]:
 def lmeval_name(task: str) -> str:
     import re
 
-    from selector.tasks.lmeval import PREFIX
+    from selector.tasks.lmeval.export import PREFIX
 
     return re.sub(r"[^A-Za-z0-9_]", "_", PREFIX + task)
 
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from selector.engines.hf import HFEngine
     from selector.tasks import load_evalset
-    from selector.tasks.lmeval import export_task
+    from selector.tasks.lmeval.export import export_task
     from selector.tasks.prompts import resolve_style
 
     out_dir = args.out or (REPO_ROOT / "benchmarks" / "results")

@@ -13,37 +13,42 @@ from __future__ import annotations
 import sys
 
 from selector.config import CONF_DIR
-from selector.errors import UserError
+from selector.errors import UsageExit, UserError
 
-SUBCOMMANDS = ("list", "select", "plan", "sync", "evalset")
 
 
 def _hydra_entry() -> None:
     import hydra
 
-    from selector.app import run_job
+    from selector.sweep.task import run_job
 
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(run_job)()
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Every command's bad input ends here, as one line and exit code 2 (errors.UserError)."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in SUBCOMMANDS:
-        from selector import commands
-
-        sys.exit(getattr(commands, f"cmd_{argv[0]}")(argv[1:]))
-    from selector import compose
-
     try:
-        compose.check_group_choices(argv)
-        compose.compose(compose.first_job(argv))  # a bad key or value stops here, as one line
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
-    sys.argv = [sys.argv[0], *compose.normalize(argv)]
-    try:
-        _hydra_entry()
+        sys.exit(_run(argv))
+    except (UserError, UsageExit) as e:
+        error = e.error if isinstance(e, UsageExit) else e
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(error.exit_code)
     except KeyboardInterrupt:
         print("\ninterrupted: the running variant was stopped and its MLflow runs marked KILLED; "
               "run the same command again to resume (finished variants are not measured again).", file=sys.stderr)
         sys.exit(130)
+
+
+def _run(argv: list[str]) -> int:
+    from selector import commands
+
+    if argv and argv[0] in commands.COMMANDS:
+        return commands.run(argv[0], argv[1:])
+    from selector import compose
+
+    compose.check_group_choices(argv)
+    compose.compose(compose.first_job(argv))  # a bad key or value stops here, before Hydra starts
+    sys.argv = [sys.argv[0], *compose.normalize(argv)]
+    _hydra_entry()
+    return 0

@@ -142,6 +142,70 @@ def given_keys(overrides: list[str]) -> frozenset[str]:
     return frozenset(k for k in keys if "." in k or k in SelectorConfig.__dataclass_fields__)
 
 
+def grid_overrides(config: Any) -> list[list[str]]:
+    """The override list of each job of a sweep, in launch order: `hydra.sweeper.params` and the
+    command line, every a,b,c sweep expanded into the grid (the later of two values of a key wins,
+    the command line's over the config's), as Hydra's basic sweeper does."""
+    import itertools
+
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    args = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+    axes: dict[str, list[str]] = {}
+    for o in _parse(args):
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            axes[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
+        else:
+            axes[key] = [f"{key}={o.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*axes.values())]
+
+
+def compose_job(master: Any, overrides: list[str]) -> tuple[Any, dict[str, str]]:
+    """One job of a sweep whose master config Hydra has loaded, with the group choices it made."""
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    loader = GlobalHydra.instance().config_loader()
+    try:
+        job = loader.load_sweep_config(master, overrides)
+    except Exception as e:  # Hydra's "Could not find 'model/x'" and friends
+        raise UserError(compose_error(e, config_dirs(overrides))) from None
+    choices = dict(OmegaConf.to_container(job.hydra.runtime.choices))  # type: ignore[arg-type]
+    return job, choices
+
+
+def compose_grid(overrides: list[str]) -> list[tuple[Any, dict[str, str], list[str]]]:
+    """Every job a sweep with these overrides would run: (its config, its group choices, its
+    overrides), composed as the sweep composes them (for commands that plan without running)."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    check_group_choices(overrides)
+    overrides = normalize(overrides)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        try:
+            master = loader.load_configuration("config", overrides, run_mode=RunMode.MULTIRUN)
+        except Exception as e:
+            raise UserError(compose_error(e, config_dirs(overrides))) from None
+        jobs = []
+        for job in grid_overrides(master):
+            cfg, choices = compose_job(master, job)
+            jobs.append((OmegaConf.create({k: v for k, v in cfg.items() if k != "hydra"}), choices, job))
+        return jobs
+
+
+def precision_by_name(name: str, searchpath: list[str] | None = None) -> Any:
+    """The precision config `precision=NAME` composes to, from conf/ and the user's config folders
+    (`hydra.searchpath` entries such as "file:///path/to/my_conf")."""
+    extra = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
+    return compose([*extra, f"precision={name}"]).precision
+
+
 RECORDED_POLICY = "_sweep_recorded"
 
 

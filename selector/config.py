@@ -194,7 +194,6 @@ class SelectorConfig:
     force: bool = False  # re-run variants that already have a completed record
     time_limit_s: Optional[float] = None  # per variant; the worker is killed past it
     memory_limit_gb: Optional[float] = None  # per variant address-space cap (CPU), where supported
-    isolate: bool = True  # run each variant in its own process
 
 
 GROUPS = ("model", "precision", "evalset", "engine", "tracker", "policy", "measure", "calibration")

@@ -36,5 +36,14 @@ class EvalsetError(UserError):
         return (type(self), (self.path, self.line, self.field, self.problem))
 
 
+class UsageExit(BaseException):
+    """Carries a UserError out of code whose caller swallows Exceptions (Hydra warns and goes on
+    when a callback raises one), so that it still reaches the command line's one handler."""
+
+    def __init__(self, error: UserError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class UnavailableError(Exception):
     """A variant that cannot run on this machine (no CUDA, library missing): recorded as skipped."""

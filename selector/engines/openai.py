@@ -32,7 +32,7 @@ from selector.engines.base import (
     Prompt,
 )
 from selector.errors import ConfigError
-from selector.serving.trace import RequestTrace
+from selector.engines.trace import RequestTrace
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -33,7 +33,7 @@ from selector.engines.base import GenerationRequest
 from selector.errors import ConfigError
 from selector.measure.percentiles import summarize
 from selector.measure.utilization import UtilizationMonitor, nvml_indices, own_process, process_cpu_seconds
-from selector.serving.trace import RequestTrace
+from selector.engines.trace import RequestTrace
 from selector.types import LoadLevel, Percentiles
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ class QuantPlan:
 
 
 def calibration(ctx: LoadContext) -> Calibration:
-    from selector.calibration import calibration_hash, calibration_texts
+    from selector.precisions.calibration import calibration_hash, calibration_texts
 
     texts = ctx.calibration_texts() or calibration_texts(ctx.calibration, ())
     cfg = ctx.calibration

@@ -53,12 +53,19 @@ def record_params(record: RunRecord) -> float:
     return 0.0
 
 
+def reference_name(candidates: list[tuple[str, float, int]]) -> str | None:
+    """Of (name, parameters, bits), the largest model at the highest precision; ties by name.
+    The one rule for "the reference", whether a sweep plans it or selection finds it."""
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: (-c[1], -c[2], c[0]))[0]
+
+
 def pick_reference(records: list[RunRecord]) -> RunRecord | None:
     """The largest completed model at the highest precision present for it; ties by name."""
-    completed = [r for r in records if r.status == "completed" and r.tasks]
-    if not completed:
-        return None
-    return min(completed, key=lambda r: (-record_params(r), -record_bits(r), r.name))
+    completed = {r.name: r for r in records if r.status == "completed" and r.tasks}
+    name = reference_name([(r.name, record_params(r), record_bits(r)) for r in completed.values()])
+    return completed[name] if name else None
 
 
 def pick_baseline(record: RunRecord, records: list[RunRecord]) -> RunRecord | None:

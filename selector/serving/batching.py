@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from selector.serving.trace import RequestTrace
+from selector.engines.trace import RequestTrace
 
 log = logging.getLogger("selector.serving.batching")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shlex
 import shutil
 import signal
@@ -26,6 +25,7 @@ import httpx
 import psutil
 
 from selector.errors import ConfigError
+from selector.processes import die_with_parent, signal_group
 
 log = logging.getLogger("selector.serving.process")
 
@@ -73,14 +73,6 @@ def render_command(template: str, values: Mapping[str, object]) -> list[str]:
     return argv
 
 
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 class ServerProcess:
     """A server started from argv; `with ServerProcess(...) as s:` starts it, waits for it, stops it."""
 
@@ -124,7 +116,7 @@ class ServerProcess:
             try:
                 self.proc = subprocess.Popen(
                     self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True, preexec_fn=_die_with_parent, env=self.env,
+                    start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM), env=self.env,
                 )
             except OSError as e:
                 raise ConfigError("engine.server_command", problem=f"cannot start {self.argv[0]!r}: {e}") from None
@@ -185,7 +177,7 @@ class ServerProcess:
         pgid = self.proc.pid  # the leader of its own session: its pid is the group id
         spawned = [p for p in self.processes() if p.pid != pgid]  # found while still attached to the leader
         deadline = time.monotonic() + self.stop_timeout_s
-        _killpg(pgid, signal.SIGTERM)
+        signal_group(pgid, signal.SIGTERM)
         try:
             self.proc.wait(timeout=self.stop_timeout_s)
         except subprocess.TimeoutExpired:
@@ -193,7 +185,7 @@ class ServerProcess:
         # Its workers get the rest of the grace period to finish on their own.
         left = _still_running(spawned, timeout_s=max(0.5, deadline - time.monotonic()))
         if self.proc.poll() is None or left:
-            _killpg(pgid, signal.SIGKILL)
+            signal_group(pgid, signal.SIGKILL)
             for p in left:  # also those that left the group (setsid)
                 with contextlib.suppress(psutil.Error):
                     p.kill()
@@ -207,11 +199,6 @@ class ServerProcess:
         except OSError:
             return ""
         return f"; last lines of {self.log_path}:\n" + "\n".join(tail) if tail else ""
-
-
-def _killpg(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)
 
 
 def _still_running(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from selector.engines.base import Loglikelihood
 from selector.registry import Registry
-from selector.sandbox import run_python
+from selector.tasks.sandbox import run_python
 
 
 @dataclass(frozen=True)

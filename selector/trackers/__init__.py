@@ -6,7 +6,9 @@ from pathlib import Path
 
 from selector.config import TrackerConfig
 from selector.registry import Registry
-from selector.trackers.base import NullTracker, Tracker
+from selector.trackers.base import EvalsetInfo, NullTracker, Tracker
+
+__all__ = ["EvalsetInfo", "NullTracker", "TRACKERS", "Tracker", "make_tracker"]
 
 TRACKERS: Registry = Registry("tracker")
 TRACKERS.register("mlflow", "selector.trackers.mlflow:MlflowTracker")

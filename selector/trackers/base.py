@@ -6,10 +6,21 @@ The sweep never talks to a tracking library directly; `NullTracker` keeps everyt
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from selector.types import RunRecord
+
+
+@dataclass(frozen=True)
+class EvalsetInfo:
+    """The eval set a variant was scored on, for the tracker to record as its dataset input."""
+
+    name: str
+    path: str
+    tasks: Any  # list[selector.tasks.Task]
+    digest: str
 
 
 class Tracker(Protocol):
@@ -26,7 +37,16 @@ class Tracker(Protocol):
 
     def start_variant(self, parent_id: str | None, record_name: str, key: str, tags: dict[str, str]) -> str | None: ...
 
-    def finish_variant(self, run_id: str | None, record: RunRecord, artifacts: list[Path], evalset: Any = None) -> None: ...
+    def finish_variant(self, run_id: str | None, record: RunRecord, artifacts: list[Path],
+                       evalset: EvalsetInfo | None = None) -> None: ...
+
+    def parent_of(self, run_id: str) -> str | None:
+        """The sweep run a variant run belongs to."""
+        ...
+
+    def mark_killed(self, run_ids: list[str | None]) -> None:
+        """End these runs as KILLED (the sweep was interrupted while they ran)."""
+        ...
 
     def log_metrics(self, run_id: str | None, metrics: dict[str, float]) -> None:
         """Add metrics to a finished run (figures only known once the whole sweep is in)."""
@@ -66,6 +86,12 @@ class NullTracker:
         return None
 
     def log_metrics(self, run_id, metrics):  # type: ignore[no-untyped-def]
+        return None
+
+    def parent_of(self, run_id):  # type: ignore[no-untyped-def]
+        return None
+
+    def mark_killed(self, run_ids):  # type: ignore[no-untyped-def]
         return None
 
     def find_completed(self, parent_id, key):  # type: ignore[no-untyped-def]

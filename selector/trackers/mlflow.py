@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from selector.config import TrackerConfig
+from selector.trackers.base import EvalsetInfo
 from selector.trackers.naming import load_metrics, record_metrics, record_params, record_tags
 from selector.types import RunRecord
 
@@ -208,7 +209,7 @@ class MlflowTracker:
         run = self._retry(lambda: self.client.create_run(self.experiment_id, run_name=record_name, tags=all_tags))
         return run.info.run_id
 
-    def finish_variant(self, run_id: str | None, record: RunRecord, artifacts: list[Path], evalset: Any = None) -> None:
+    def finish_variant(self, run_id: str | None, record: RunRecord, artifacts: list[Path], evalset: EvalsetInfo | None = None) -> None:
         if run_id is None:
             return
         record.mlflow_run_id = run_id
@@ -236,11 +237,11 @@ class MlflowTracker:
         if run_id and metrics:
             self._log_batch(run_id, metrics=metrics, tags={})
 
-    def _log_evalset(self, run_id: str, evalset: Any) -> None:
+    def _log_evalset(self, run_id: str, evalset: EvalsetInfo) -> None:
         """Record the eval set as an MLflow dataset input (name, digest, source, schema)."""
         from mlflow.entities import DatasetInput, InputTag
 
-        dataset = evalset.to_mlflow_dataset()
+        dataset = _mlflow_dataset(evalset)
         tag = InputTag(key="mlflow.data.context", value="eval")
         self._retry(lambda: self.client.log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(), [tag])]))
 
@@ -275,6 +276,11 @@ class MlflowTracker:
     def parent_of(self, run_id: str) -> str | None:
         return self.client.get_run(run_id).data.tags.get("mlflow.parentRunId")
 
+    def mark_killed(self, run_ids: list[str | None]) -> None:
+        for run_id in filter(None, run_ids):
+            self.client.set_tag(run_id, "selector.status", "interrupted")
+            self.client.set_terminated(run_id, status="KILLED")
+
     def mark_interrupted(self, parent_id: str | None) -> int:
         if parent_id is None:
             return 0
@@ -303,3 +309,19 @@ class MlflowTracker:
                 log.debug("run %s has no record: %s", run_id, e)
                 return None
             return RunRecord.load(path)
+
+
+def _mlflow_dataset(evalset: EvalsetInfo) -> Any:
+    """The eval set's items as an MLflow dataset (one row per item, fields as written)."""
+    import json
+
+    import mlflow.data
+    import pandas as pd
+    from mlflow.data.dataset_source_registry import get_registered_sources
+
+    rows = [{"task": t.name, "id": item.id, "fields": json.dumps(item.fields, ensure_ascii=False)}
+            for t in evalset.tasks for item in t.items]
+    # MLflow registers its local-file source class twice and warns when it resolves a string.
+    local = next(s for s in get_registered_sources() if s.__name__ == "LocalArtifactDatasetSource")
+    source = local(str(Path(evalset.path).resolve()))
+    return mlflow.data.from_pandas(pd.DataFrame(rows), source=source, name=evalset.name, digest=evalset.digest[:16])

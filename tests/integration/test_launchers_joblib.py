@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from selector.gpu_pool import GpuPool, gpu_count, visible_gpus
+from selector.sweep.gpu_pool import GpuPool, gpu_count, visible_gpus
 from tests.tiny import build_tiny_llama, write_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def test_a_busy_gpu_is_skipped_and_a_full_pool_waits(tmp_path: Path) -> None:
 def test_claims_hold_across_processes(tmp_path: Path) -> None:
     """Joblib runs jobs in separate processes: a GPU held by one is not handed to another."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from selector.gpu_pool import GpuPool;"
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from selector.sweep.gpu_pool import GpuPool;"
          f"p = GpuPool(Path({str(tmp_path)!r}), ['0', '1']); print(p.acquire(0), flush=True); time.sleep(30)"],
         stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
@@ -61,7 +61,7 @@ def test_n_jobs_is_the_pool_size(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SELECTOR_GPUS", "0,1,2")
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["hydra/launcher=joblib_gpus"], return_hydra_config=True)
-    assert cfg.hydra.callbacks.gpu_pool._target_ == "selector.gpu_pool.GpuPoolCallback"
+    assert cfg.hydra.callbacks.gpu_pool._target_ == "selector.sweep.gpu_pool.GpuPoolCallback"
     assert OmegaConf.select(cfg, "hydra.launcher.n_jobs") == 3  # ${selector_gpu_count:}
 
 

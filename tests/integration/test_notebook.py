@@ -13,7 +13,7 @@ import pytest
 from nbclient import NotebookClient
 
 from selector.config import PolicyConfig, TrackerConfig
-from selector.report.sample import FLOORS, sample_sweep
+from tests.fixtures.sample_report import FLOORS, sample_sweep
 from selector.selection import select
 from selector.trackers.mlflow import MlflowTracker
 

@@ -23,7 +23,7 @@ import torch
 from selector.config import CONF_DIR, CalibrationConfig, ModelConfig, PrecisionConfig
 from selector.engines.base import GenerationRequest, LoglikelihoodRequest
 from selector.errors import ConfigError, UnavailableError
-from selector.fidelity import Reference, compare_model, corpus_probes, reference_from
+from selector.measure.fidelity import Reference, compare_model, corpus_probes, reference_from
 from selector.models import ResolvedModel
 from selector.precisions import get_backend
 from selector.precisions.base import LoadContext, LoadedModel

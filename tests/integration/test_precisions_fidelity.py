@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from selector.config import CalibrationConfig, ModelConfig, SelectorConfig, SourceConfig
-from selector.fidelity import (
+from selector.measure.fidelity import (
     PROBE_POSITIONS,
     TOP_K,
     load_reference,

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from selector import models
 from selector.config import CONF_DIR, CalibrationConfig, ModelConfig, SelectorConfig
-from selector.fidelity import measure_fidelity
+from selector.measure.fidelity import measure_fidelity
 from selector.precisions import get_backend
 from selector.precisions.base import LoadContext, LoadedModel
 from selector.tasks import evaluate_task, load_evalset
@@ -49,7 +49,7 @@ def cfg_for(model: ModelConfig, cache: Path, name: str) -> SelectorConfig:
 
 
 def load_variant(cfg: SelectorConfig, tasks: list) -> LoadedModel:  # type: ignore[type-arg]
-    from selector.calibration import calibration_texts
+    from selector.precisions.calibration import calibration_texts
 
     resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)
     ctx = LoadContext(model_cfg=cfg.model, device="cpu", cache_dir=Path(cfg.cache_dir), calibration=cfg.calibration,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from selector.report.render import write_report
-from selector.report.sample import sample_sweep
+from tests.fixtures.sample_report import sample_sweep
 
 pytestmark = pytest.mark.browser
 
@@ -111,7 +111,7 @@ def test_variant_table_header_stays_visible_when_scrolled(browser, tmp_path: Pat
 
 
 def test_model_output_with_script_shows_as_text(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from selector.report.sample import sample_outputs
+    from tests.fixtures.sample_report import sample_outputs
 
     records, selection, context = sample_sweep()
     paths = write_report(records, selection, context, tmp_path / "report", samples=sample_outputs(records, inject=XSS))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from selector.calibration import (
+from selector.precisions.calibration import (
     BUILTIN_CORPUS,
     CHARS_PER_TOKEN_TARGET,
     calibration_hash,

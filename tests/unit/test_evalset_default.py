@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from selector.sandbox import run_python
+from selector.tasks.sandbox import run_python
 from selector.tasks import ScoreInput, Task, build_prompt, get_metric, load_evalset, resolve_style
 
 EVALSET = Path(__file__).resolve().parents[2] / "evalsets" / "default"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from selector.config import ModelConfig, SelectorConfig
-from selector.fidelity import (
+from selector.measure.fidelity import (
     Reference,
     compare,
     corpus_probes,

@@ -10,7 +10,7 @@ import pytest
 from selector.compose import MAP_FIELDS, compose, normalize, policy_with_overrides
 from selector.config import PolicyConfig
 from selector.errors import ConfigError, EvalsetError, UserError
-from selector.floors import check_floor_tasks, merged_policy
+from selector.sweep.floors import check_floor_tasks, merged_policy
 from selector.tasks.evalset_policy import read_evalset_policy
 
 TASKS = ["arithmetic", "code", "extraction", "sentiment"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from selector.job import LogTail
+from selector.sweep.supervise import LogTail
 
 
 def test_lines_split_across_chunks_are_joined() -> None:

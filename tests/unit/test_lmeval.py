@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from selector.errors import EvalsetError
 from selector.tasks import get_metric, load_evalset
 from selector.tasks.lmeval import export_evalset, export_task, import_task, import_to_folder
-from selector.tasks.lmeval_import import FunctionRef, _Loader
-from selector.tasks.lmeval_scoring import score
+from selector.tasks.lmeval.source import FunctionRef, _Loader
+from selector.tasks.lmeval.scoring import score
 from selector.tasks.metrics import ScoreInput
 from selector.tasks.prompts import build_prompt
 

@@ -27,7 +27,7 @@ from selector.measure.load import (
 from selector.measure.utilization import CpuMeter, GpuSampler, UtilizationMonitor, nvml_indices
 from selector.serving import prometheus
 from selector.serving.process import render_command
-from selector.serving.trace import RequestTrace
+from selector.engines.trace import RequestTrace
 
 
 def trace(sent: float, tokens: list[float], end: float, error: str | None = None, out: int | None = None,

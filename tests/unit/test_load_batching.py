@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from selector.serving.batching import BatchingScheduler
-from selector.serving.trace import RequestTrace
+from selector.engines.trace import RequestTrace
 
 EOS, PAD = 2, 0
 VOCAB = {10: "a", 11: "b", 12: "\n"}

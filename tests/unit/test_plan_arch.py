@@ -10,7 +10,8 @@ import pytest
 
 from selector.config import ModelConfig, PrecisionConfig, SourceConfig
 from selector.errors import ConfigError
-from selector.planning import ArchFacts, estimate_weights, kv_cache_bytes, read_arch
+from selector.plan.arch import ArchFacts, read_arch
+from selector.plan.estimate import estimate_weights, kv_cache_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCH = ROOT / "conf" / "arch"
@@ -169,7 +170,7 @@ def test_unusable_config_names_the_missing_field() -> None:
 
 def test_a_model_with_no_architecture_anywhere_is_reported_not_guessed(tmp_path: Path) -> None:
     from selector.config import SelectorConfig
-    from selector.planning import plan_row
+    from selector.plan.estimate import plan_row
 
     model = ModelConfig(name="not-fetched-yet", params_b=0.1,
                         source=SourceConfig(kind="pypi-gguf", packages=["some-gguf==1.0"], sha256="ab" * 32))

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from selector.config import SelectorConfig, to_dict
-from selector.errors import ConfigError
-from selector.planning import compare_records, compose_grid, main
+from selector.errors import UserError
+from selector.commands.plan import compare_records, compose_grid, main
 from selector.types import MemoryResult, PerfResult, RunRecord, Variant
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +32,9 @@ def test_command_line_axes_replace_the_default_grid() -> None:
 
 
 def test_unknown_model_is_a_config_error() -> None:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(UserError) as err:
         compose_grid(["model=nope"])
-    assert "nope" in str(err.value)
+    assert "model=nope: there is no conf/model/nope.yaml" in str(err.value)
 
 
 def test_plan_json_says_what_fits_a_24_gib_gpu(capsys: pytest.CaptureFixture[str]) -> None:

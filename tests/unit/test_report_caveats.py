@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from selector.report.sections import caveats
-from selector.report.sample import sample_sweep
+from tests.fixtures.sample_report import sample_sweep
 
 NOTE = "group size 128 does not divide every layer; used 64"
 

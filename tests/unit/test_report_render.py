@@ -12,7 +12,7 @@ import pytest
 
 from selector.report import sections, write_report
 from selector.report.render import md_code, md_text
-from selector.report.sample import sample_sweep
+from tests.fixtures.sample_report import sample_sweep
 from selector.types import (
     LatencyResult, MemoryResult, Percentiles, PerfResult, RunRecord, Selection, TaskResult, Variant, Verdict,
 )

@@ -11,7 +11,7 @@ from selector.report import write_report
 from selector.report.samples import (
     OUTPUT_CHARS, PER_TASK, PROMPT_CHARS, examples, load_samples, read_samples, subject_variant, task_examples,
 )
-from selector.report.sample import sample_outputs, sample_sweep
+from tests.fixtures.sample_report import sample_outputs, sample_sweep
 from selector.types import RunRecord, SampleRecord, Selection, TaskResult, Variant, Verdict
 
 XSS = "<script>window.__xss = 1</script>"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from selector.config import PolicyConfig
 from selector.report import write_report
-from selector.report.sample import FLOORS, sample_sweep
+from tests.fixtures.sample_report import FLOORS, sample_sweep
 from selector.selection import select
 
 

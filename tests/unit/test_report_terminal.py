@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.console import Console
 
 from selector.report import print_terminal_summary, render_terminal_summary
-from selector.report.sample import sample_sweep
+from tests.fixtures.sample_report import sample_sweep
 
 
 def _render(width: int = 220, **kwargs) -> str:  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from selector.report import sections, view
-from selector.report.sample import sample_sweep
+from tests.fixtures.sample_report import sample_sweep
 from selector.types import (
     Check, ErrorInfo, LatencyResult, MemoryResult, Percentiles, PerfResult, RunRecord, Selection, TaskResult,
     Variant, Verdict,
@@ -122,7 +122,7 @@ def test_failures_list_failed_and_skipped_only() -> None:
 
 def test_variant_table_shows_answer_flips_against_the_models_own_baseline():
     from selector.report import fmt
-    from selector.report.sample import sample_sweep
+    from tests.fixtures.sample_report import sample_sweep
     from selector.report.view import variant_table
     from selector.selection import select
     from selector.config import PolicyConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from selector.sandbox import isolation, run_python
+from selector.tasks.sandbox import isolation, run_python
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox needs POSIX resource limits")
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from selector.config import SelectorConfig, validate
 from selector.errors import ConfigError, UserError
-from selector.keys import sweep_key, variant_key
+from selector.sweep.availability import availability
+from selector.sweep.keys import sweep_key, variant_key
 
 
 @dataclass
@@ -33,31 +33,8 @@ class PlannedVariant:
         return f"{self.cfg.model.name}/{self.cfg.precision.name}"
 
 
-def grid_overrides(config: DictConfig) -> list[list[str]]:
-    """The override list of each job Hydra's basic sweeper will launch, in launch order."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
-    args = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
-    parsed = OverridesParser.create().parse_overrides(args)
-    return BasicSweeper.split_arguments(parsed, None)[0]
-
-
-def compose_job(config: DictConfig, overrides: list[str]) -> tuple[DictConfig, dict[str, str]]:
-    from hydra.core.global_hydra import GlobalHydra
-
-    loader = GlobalHydra.instance().config_loader()
-    try:
-        job = loader.load_sweep_config(config, overrides)
-    except Exception as e:  # Hydra's "Could not find 'model/x'" and friends
-        raise ConfigError("command line", problem=f"{' '.join(overrides)}: {str(e).strip()}") from None
-    choices = dict(OmegaConf.to_container(job.hydra.runtime.choices))  # type: ignore[arg-type]
-    return job, choices
-
-
 def job_config(job: DictConfig, choices: dict[str, str] | None, given: frozenset[str] = frozenset()) -> SelectorConfig:
-    """One job's validated config, with the floors the sweep applies (see selector.floors).
+    """One job's validated config, with the floors the sweep applies (see selector.sweep.floors).
 
     given: the keys set on the command line (error messages say so)."""
     return job_config_and_notices(job, choices, given)[0]
@@ -74,7 +51,7 @@ def job_config_and_notices(job: DictConfig, choices: dict[str, str] | None,
 def resolve_policy(cfg: SelectorConfig, choices: dict[str, str] | None,
                    given: frozenset[str] = frozenset()) -> tuple[Any, list[str]]:
     """The eval set's own floors beneath the sweep's; floors naming no task of the eval set refused."""
-    from selector.floors import check_floor_tasks
+    from selector.sweep.floors import check_floor_tasks
     from selector.tasks.evalset_policy import read_evalset_policy
     from selector.tasks.loader import locate_evalset
 
@@ -121,42 +98,13 @@ def load_tasks(cfg: SelectorConfig) -> tuple[Any, str]:
     return _evalset(cfg.evalset.path, tuple(cfg.evalset.tasks) if cfg.evalset.tasks else None, cfg.evalset.limit)
 
 
-@functools.lru_cache(maxsize=1)
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def availability(cfg: SelectorConfig) -> tuple[bool, str]:
-    """Can this variant run on this machine? (False, reason) when it cannot."""
-    from selector import models
-    from selector.precisions import get_backend
-
-    wants_cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and cuda_available())
-    device = "cuda" if wants_cuda else "cpu"
-    if cfg.model.requires_cuda and not cuda_available():
-        return False, f"model={cfg.model.name} needs a CUDA GPU and torch.cuda.is_available() is False here"
-    if cfg.device.startswith("cuda") and not cuda_available():
-        return False, f"device={cfg.device} but CUDA is not available here"
-    ok, why = models.check_available(cfg.model, precision=cfg.precision.name, cache_dir=Path(cfg.cache_dir))
-    if not ok:
-        return False, f"model={cfg.model.name}: {why}"
-    try:
-        ok, why = get_backend(cfg.precision.backend).availability(cfg.precision, device)
-    except KeyError as e:
-        raise ConfigError(f"conf/precision/{cfg.precision.name}.yaml", "backend", str(e)) from None
-    if not ok:
-        return False, f"precision={cfg.precision.name} is not available on {device}: {why}"
-    return True, ""
-
-
 def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]:
     """Compose and check every job of the sweep; return them with the sweep's key."""
+    from selector.compose import compose_job, given_keys, grid_overrides
+    from selector.config import to_dict
+
     jobs = grid_overrides(config) if multirun else [list(config.hydra.overrides.task)]
     planned, choices = [], {}
-    from selector.compose import given_keys
-
     notices: list[str] = []
     for overrides in jobs:
         job, choices = compose_job(config, overrides) if multirun else (config, dict(config.hydra.runtime.choices))
@@ -170,8 +118,6 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     policy_notices(planned[0].cfg, notices)
     check_engine_and_load(planned[0].cfg, choices)
     experiment = planned[0].cfg.experiment
-    from selector.config import to_dict
-
     return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
 
 
@@ -197,7 +143,7 @@ def policy_notices(cfg: SelectorConfig, notices: list[str]) -> list[str]:
         notices += [f"task '{t}' has no accuracy floor, so it does not constrain the choice "
                     f"(set policy.floors.{t}=0.8 or policy.default_floor)" for t in tasks if t not in cfg.policy.floors]
     for notice in notices:
-        logging.getLogger("selector.preflight").warning(notice)
+        logging.getLogger("selector.sweep.preflight").warning(notice)
     return notices
 
 
@@ -221,10 +167,7 @@ def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
 
 def reference_variant(planned: list[PlannedVariant]) -> str | None:
     """The variant selection will compare against: the largest model at its highest precision."""
-    from selector.selection.precision import precision_bits
+    from selector.selection.precision import precision_bits, reference_name
 
-    runnable = [p for p in planned if p.available]
-    if not runnable:
-        return None
-    best = max(runnable, key=lambda p: (p.cfg.model.params_b, precision_bits(p.cfg.precision.name, p.cfg.precision.bits)))
-    return best.name
+    return reference_name([(p.name, p.cfg.model.params_b * 1e9, precision_bits(p.cfg.precision.name, p.cfg.precision.bits))
+                           for p in planned if p.available])

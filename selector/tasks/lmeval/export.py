@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from selector.errors import EvalsetError
-from selector.tasks import lmeval_scoring
+from selector.tasks.lmeval import scoring as lmeval_scoring
 from selector.tasks.loader import load_evalset
 from selector.tasks.spec import STYLES
 from selector.tasks.task import Item, Task
@@ -175,6 +175,4 @@ def export_evalset(path: str | Path, out_dir: str | Path, style: str = "plain", 
     return written
 
 
-from selector.tasks.lmeval_import import import_task, import_to_folder  # noqa: E402  (the other direction)
 
-__all__ = ["export_evalset", "export_task", "import_task", "import_to_folder"]

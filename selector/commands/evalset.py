@@ -6,7 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from selector.errors import UserError
 
 EPILOG = """examples:
   python -m selector evalset export-lmeval evalsets/default --out lmeval-tasks
@@ -42,23 +41,19 @@ def main(argv: list[str]) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s")
     args = parser().parse_args(argv)
-    try:
-        if args.action == "import-lmeval":
-            for path, notes in import_to_folder(args.tasks, args.out):
-                print(f"wrote {path}")
-                for note in notes:
-                    print(f"  note: {note}")
-            print(f"\nRun it: python -m selector evalset.path={args.out} model=...")
-            return 0
-        written = export_evalset(args.evalset, args.out, args.style, tasks=args.tasks)
-        for path in written:
+    if args.action == "import-lmeval":
+        for path, notes in import_to_folder(args.tasks, args.out):
             print(f"wrote {path}")
-        if not written:
-            print("nothing exported: no task of this eval set can be scored by lm-eval", file=sys.stderr)
-            return 1
-        print(f"\nRun them: lm_eval --model hf --model_args pretrained=MODEL --include_path {args.out} "
-              f"--tasks {','.join(p.stem for p in written)}")
+            for note in notes:
+                print(f"  note: {note}")
+        print(f"\nRun it: python -m selector evalset.path={args.out} model=...")
         return 0
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+    written = export_evalset(args.evalset, args.out, args.style, tasks=args.tasks)
+    for path in written:
+        print(f"wrote {path}")
+    if not written:
+        print("nothing exported: no task of this eval set can be scored by lm-eval", file=sys.stderr)
+        return 1
+    print(f"\nRun them: lm_eval --model hf --model_args pretrained=MODEL --include_path {args.out} "
+          f"--tasks {','.join(p.stem for p in written)}")
+    return 0

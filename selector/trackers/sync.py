@@ -1,4 +1,4 @@
-"""`python -m selector sync --from <uri> --to <uri>`: copy recorded sweeps from one MLflow store to another.
+"""Copy recorded sweeps from one MLflow store to another (`python -m selector sync`).
 
 Made for the sweep that ran while the shared tracking server was down and was recorded in a local
 SQLite store instead: once the server is back, this copies every run (parents before children, with
@@ -9,17 +9,14 @@ again copies only what is new. Runs still RUNNING at the source are left for a l
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from selector.errors import UserError
 
-log = logging.getLogger("selector.sync")
+log = logging.getLogger("selector.trackers.sync")
 SYNCED_FROM = "selector.synced_from"
 PARENT = "mlflow.parentRunId"
 BATCH = 1000  # MLflow's log_batch limit on metrics per call (params: 100)
@@ -117,35 +114,3 @@ def _copy_run(src: Any, dst: Any, run: Any, experiment_id: str, id_map: dict[str
     dst.set_terminated(rid, status=run.info.status, end_time=run.info.end_time)
     log.info("copied run %s (%s) -> %s", run.info.run_id, run.info.run_name, rid)
     return rid
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m selector sync",
-        description="Copy recorded sweeps from one MLflow store to another, e.g. a local fallback store "
-                    "to the shared tracking server once it is reachable again. Safe to repeat: runs "
-                    "copied before are skipped.",
-        epilog="Example:\n  python -m selector sync --from sqlite:///outputs/mlflow.db --to http://mlflow.internal:5000",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--from", dest="source", required=True, help="source tracking URI (e.g. sqlite:///outputs/mlflow.db)")
-    parser.add_argument("--to", dest="dest", required=True, help="destination tracking URI (e.g. http://host:5000)")
-    parser.add_argument("--experiment", action="append", help="copy only this experiment (repeatable)")
-    args = parser.parse_args(argv)
-    from selector.logs import setup_logging
-
-    setup_logging()
-    try:
-        if args.source.startswith("sqlite:///") and not Path(args.source[len("sqlite:///"):]).is_file():
-            raise UserError(f"sync: {args.source}: no such database file")
-        result = sync(args.source, args.dest, args.experiment)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    except Exception as e:  # MlflowException: a store that cannot be reached or read
-        print(f"error: sync failed: {str(e).strip().splitlines()[0][:500]}", file=sys.stderr)
-        return 1
-    print(f"copied {len(result.copied)} run(s) of {', '.join(result.experiments) or 'no experiment'} "
-          f"from {args.source} to {args.dest}; {result.skipped_existing} already there"
-          + (f"; {result.skipped_running} still running (sync again when they end)" if result.skipped_running else ""))
-    return 0

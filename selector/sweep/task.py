@@ -1,4 +1,8 @@
-"""The Hydra task function: what runs for each variant of a sweep."""
+"""The Hydra task function: what runs for each variant of a sweep, wherever the launcher runs it.
+
+Reuse a completed record of the same variant key if there is one; otherwise open the variant's
+child run, have its worker measure it (supervise.py), and log and keep the record.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +13,19 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from selector import preflight
+from selector.compose import given_keys
 from selector.config import SelectorConfig
-from selector.job import record_store, run_variant
-from selector.keys import variant_key
 from selector.logs import setup_logging
-from selector.runner import now
-from selector.sweep import read_state
-from selector.trackers import make_tracker
-from selector.types import RunRecord, Variant
+from selector.sweep import preflight
+from selector.sweep.availability import availability
+from selector.sweep.jobfiles import bare_record
+from selector.sweep.keys import variant_key
+from selector.sweep.state import read_state
+from selector.sweep.supervise import run_variant
+from selector.trackers import EvalsetInfo, Tracker, make_tracker
+from selector.types import RunRecord
 
-log = logging.getLogger("selector.app")
+log = logging.getLogger("selector.sweep.task")
 
 
 def run_job(raw: DictConfig) -> dict[str, Any]:
@@ -27,8 +33,6 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     hc = HydraConfig.get()
     base = hc.sweep.dir if hc.mode.name == "MULTIRUN" else hc.run.dir
     job_dir = _enter_launch_dir(hc.runtime.cwd, Path(hc.runtime.output_dir), Path(str(base)).is_absolute())
-    from selector.compose import given_keys
-
     cfg = preflight.job_config(OmegaConf.create(raw), dict(hc.runtime.choices), given_keys(list(hc.overrides.task)))
     tasks, ehash = preflight.load_tasks(cfg)
     key = variant_key(cfg, ehash)
@@ -46,16 +50,18 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
         if done is not None:
             return _reuse(done, tracker, parent, name, key, job_dir, tasks)
 
-    ok, why = preflight.availability(cfg)
+    ok, why = availability(cfg)
     child = tracker.start_variant(parent, name, key, {"selector.model": cfg.model.name,
                                                       "selector.precision": cfg.precision.name})
     try:
         if ok:
-            record = run_variant(cfg, key, job_dir, extra, is_reference=state.get("reference") == name)
+            record = run_variant(cfg, key, job_dir, extra, is_reference=state.get("reference") == name,
+                                 searchpath=tuple(hc.searchpath))
         else:
-            record = _skipped(cfg, key, why, extra)
+            record = bare_record(cfg, key, "skipped", why)
+            record.config.update(extra)
     except BaseException:  # Ctrl-C or SIGTERM: end both runs as KILLED, then stop
-        _kill_runs(tracker, child, parent)
+        tracker.mark_killed([child, parent])
         raise
     record.mlflow_run_id = child
     files = [job_dir / "samples.jsonl", job_dir / "worker.log"]
@@ -82,7 +88,7 @@ def _enter_launch_dir(launch_cwd: str, job_dir: Path, base_is_absolute: bool) ->
     return job_dir
 
 
-def _completed_record(cfg: SelectorConfig, tracker: Any, parent: str | None, key: str) -> RunRecord | None:
+def _completed_record(cfg: SelectorConfig, tracker: Tracker, parent: str | None, key: str) -> RunRecord | None:
     local = record_store(cfg) / f"{key}.json"
     if local.exists():
         record = RunRecord.load(local)
@@ -91,9 +97,9 @@ def _completed_record(cfg: SelectorConfig, tracker: Any, parent: str | None, key
     return tracker.find_completed(parent, key)
 
 
-def _reuse(record: RunRecord, tracker: Any, parent: str | None, name: str, key: str, job_dir: Path, tasks: Any) -> dict[str, Any]:
+def _reuse(record: RunRecord, tracker: Tracker, parent: str | None, name: str, key: str, job_dir: Path, tasks: Any) -> dict[str, Any]:
     """A completed record for this exact variant exists: keep it, measure nothing again."""
-    in_this_sweep = record.mlflow_run_id is not None and getattr(tracker, "parent_of", lambda r: None)(record.mlflow_run_id) == parent
+    in_this_sweep = record.mlflow_run_id is not None and tracker.parent_of(record.mlflow_run_id) == parent
     if not in_this_sweep and parent is not None:
         # Another sweep measured it: give this sweep its own child run holding the same record.
         child = tracker.start_variant(parent, name, key, {"selector.reused_from": record.mlflow_run_id or "local"})
@@ -104,53 +110,19 @@ def _reuse(record: RunRecord, tracker: Any, parent: str | None, name: str, key: 
     return {"variant": name, "status": record.status, "reused": True}
 
 
-def _skipped(cfg: SelectorConfig, key: str, why: str, extra: dict[str, Any]) -> RunRecord:
-    from selector.config import to_dict
-
-    variant = Variant(model=cfg.model.name, precision=cfg.precision.name, family=cfg.model.family,
-                      params=int(cfg.model.params_b * 1e9))
-    return RunRecord(key=key, variant=variant, status="skipped", reason=why,
-                     config={**to_dict(cfg), **extra}, started_at=now(), finished_at=now())
-
-
 def _save(record: RunRecord, cfg: SelectorConfig, job_dir: Path) -> None:
     record.save(job_dir / "record.json")
     if record.status == "completed":
         record.save(record_store(cfg) / f"{record.key}.json")
 
 
-def _kill_runs(tracker: Any, child: str | None, parent: str | None) -> None:
-    client = getattr(tracker, "client", None)
-    if client is None:
-        return
-    for run_id in (child, parent):
-        if run_id:
-            client.set_tag(run_id, "selector.status", "interrupted")
-            client.set_terminated(run_id, status="KILLED")
+def record_store(cfg: SelectorConfig) -> Path:
+    """Completed records by variant key: resume works without a tracker too."""
+    return Path(cfg.output_dir) / "records"
 
 
-def tasks_dataset(cfg: SelectorConfig, tasks: Any, ehash: str) -> Any:
-    """The eval set as something the tracker can record as an MLflow dataset input."""
+def tasks_dataset(cfg: SelectorConfig, tasks: Any, ehash: str) -> EvalsetInfo:
+    """The eval set, for the tracker to record as the dataset the variant was scored on."""
     from selector.tasks.loader import locate_evalset
 
-    return EvalsetDataset(cfg.evalset.name, str(locate_evalset(cfg.evalset.path)), tasks, ehash)
-
-
-class EvalsetDataset:
-    def __init__(self, name: str, path: str, tasks: Any, digest: str) -> None:
-        self.name, self.path, self.tasks, self.digest = name, path, tasks, digest
-
-    def to_mlflow_dataset(self) -> Any:
-        import json
-
-        import mlflow.data
-        import pandas as pd
-
-        rows = [{"task": t.name, "id": item.id, "fields": json.dumps(item.fields, ensure_ascii=False)}
-                for t in self.tasks for item in t.items]
-        from mlflow.data.dataset_source_registry import get_registered_sources
-
-        # MLflow registers its local-file source class twice and warns when it resolves a string.
-        local = next(s for s in get_registered_sources() if s.__name__ == "LocalArtifactDatasetSource")
-        source = local(str(Path(self.path).resolve()))
-        return mlflow.data.from_pandas(pd.DataFrame(rows), source=source, name=self.name, digest=self.digest[:16])
+    return EvalsetInfo(cfg.evalset.name, str(locate_evalset(cfg.evalset.path)), tasks, ehash)

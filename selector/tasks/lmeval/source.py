@@ -1,11 +1,6 @@
-"""Import an lm-evaluation-harness task YAML (a local-file task) as a selector task.
-
-The rows are read with every value a string as written and copied beside the new task YAML as
-JSONL. Where lm-eval's meaning needs data (per-row choices from a Jinja expression, an answer
-given as an index into the choices), it is computed here with lm-eval's rules and stored in an
-extra column (`_choices`, `_target`, `_id`), so the task file stays plain. What selector cannot
-reproduce exactly is listed in `notes`; what it cannot run at all raises EvalsetError.
-"""
+"""An lm-evaluation-harness task YAML as read: its keys (with file and line for errors), its local
+data files with every value a string as written, and lm-eval's own rules for Jinja, literal
+choice lists and its defaults. importer.py and mapping.py build a selector task from it."""
 
 from __future__ import annotations
 
@@ -27,9 +22,9 @@ from selector.tasks.data import read_rows
 
 LMEVAL_MAX_GEN_TOKS = 256  # lm-eval's default when generation_kwargs leaves it out
 _JINJA = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
-_UNSUPPORTED = ("process_docs", "use_prompt", "doc_to_image", "doc_to_audio", "custom_dataset", "process_results")
+UNSUPPORTED = ("process_docs", "use_prompt", "doc_to_image", "doc_to_audio", "custom_dataset", "process_results")
 _SCORING = {"exact_match": "exact_match", "acc": "choice_accuracy", "acc_norm": "choice_accuracy"}
-_SELECTOR_SCORED = ("numeric", "contains", "f1", "exact_match")  # via an exported <task>_utils.process_results
+SELECTOR_SCORED = ("numeric", "contains", "f1", "exact_match")  # via an exported <task>_utils.process_results
 
 
 class FunctionRef(str):
@@ -52,7 +47,7 @@ class ImportedTask:
     notes: list[str] = field(default_factory=list)  # where selector's reading differs from lm-eval's
 
     def yaml_text(self) -> str:
-        from selector.tasks.lmeval import dump_yaml
+        from selector.tasks.lmeval.export import dump_yaml
 
         notes = "".join(f"# note: {n}\n" for n in self.notes)
         return f"# Imported from an lm-evaluation-harness task by selector.\n{notes}{dump_yaml(self.spec)}"
@@ -69,7 +64,7 @@ class ImportedTask:
         return path
 
 
-class _Source:
+class Source:
     """The task YAML (with its includes merged), failing with the file and line of a key."""
 
     def __init__(self, path: Path) -> None:
@@ -99,7 +94,7 @@ class _Source:
         return self.raw.get(key, default)
 
 
-def _selector_utils(src: _Source, ref: Any, function: str) -> bool:
+def selector_utils(src: Source, ref: Any, function: str) -> bool:
     """A `!function` that a selector export wrote (its `<task>_utils.py` copy of lmeval_scoring)."""
     if not isinstance(ref, FunctionRef) or not ref.endswith("." + function):
         return False
@@ -120,10 +115,10 @@ def _read_json(path: Path, key: str | None) -> list[dict[str, Any]]:
             numbered = [(n, json.loads(line, **parse)) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise EvalsetError(str(path), getattr(e, "lineno", None), key, f"not JSON lines or a JSON array: {e}") from None
-    return [_strings(path, line, row) for line, row in numbered]
+    return [strings(path, line, row) for line, row in numbered]
 
 
-def _strings(path: Path, line: int | None, row: Any) -> dict[str, Any]:
+def strings(path: Path, line: int | None, row: Any) -> dict[str, Any]:
     if not isinstance(row, dict):
         raise EvalsetError(str(path), line, None, "each row must be a JSON object")
     out: dict[str, Any] = {}
@@ -143,7 +138,7 @@ def _strings(path: Path, line: int | None, row: Any) -> dict[str, Any]:
     return out
 
 
-def _data_files(src: _Source) -> dict[str, list[Path]]:
+def data_files(src: Source) -> dict[str, list[Path]]:
     files = (src.get("dataset_kwargs") or {}).get("data_files")
     if files is None:
         src.fail("dataset_kwargs", "needs data_files: selector imports local-file tasks (dataset_path: json, csv "
@@ -166,7 +161,7 @@ def _data_files(src: _Source) -> dict[str, list[Path]]:
     return out
 
 
-def _rows(src: _Source, paths: list[Path], list_fields: frozenset[str]) -> list[dict[str, Any]]:
+def rows_of(src: Source, paths: list[Path], list_fields: frozenset[str]) -> list[dict[str, Any]]:
     key = (src.get("dataset_kwargs") or {}).get("field")
     rows: list[dict[str, Any]] = []
     for path in paths:
@@ -177,48 +172,17 @@ def _rows(src: _Source, paths: list[Path], list_fields: frozenset[str]) -> list[
     return rows
 
 
-def _field_or_template(value: Any, columns: set[str], src: _Source, key: str) -> str:
+def field_or_template(value: Any, columns: set[str], src: Source, key: str) -> str:
     if not isinstance(value, str) or isinstance(value, FunctionRef):
         src.fail(key, f"must be a Jinja template or a column name to import (got {type(value).__name__}: {value!r})")
     return "{{ " + value + " }}" if value in columns and re.fullmatch(r"[A-Za-z_]\w*", value) else value
 
 
-def _render(template: str, row: dict[str, Any]) -> str:
+def render(template: str, row: dict[str, Any]) -> str:
     return _JINJA.from_string(template).render(**row)
 
 
-def import_task(yaml_path: str | Path) -> ImportedTask:
-    """Read an lm-eval task YAML into a selector task (spec + rows); nothing is written."""
-    src = _Source(Path(yaml_path))
-    for key in _UNSUPPORTED:
-        if key in src.raw and not (_selector_utils(src, src.raw[key], "load_jsonl" if key == "custom_dataset"
-                                                   else "process_results")):
-            src.fail(key, f"{key} is Python code or a prompt library that selector does not run; "
-                     "rewrite it as Jinja doc_to_text/doc_to_target or preprocess the data file")
-    path = src.get("dataset_path")
-    if path not in (None, "json", "csv", "parquet") and "custom_dataset" not in src.raw:
-        src.fail("dataset_path", f"{path!r}: selector imports local files only (json, csv, parquet)")
-    choices_field = src.get("doc_to_choice") if isinstance(src.get("doc_to_choice"), str) else None
-    splits = {s: _rows(src, p, frozenset([choices_field] if choices_field else [])) for s, p in _data_files(src).items()}
-    from selector.tasks.lmeval_mapping import build_spec  # it reads lm-eval's keys with the helpers above
-
-    return build_spec(src, splits)
-
-
-def import_to_folder(yaml_paths: list[str | Path], out_dir: str | Path) -> list[tuple[Path, list[str]]]:
-    """Import each lm-eval task YAML into out_dir (a selector eval set folder): (task file, notes).
-    Each written task is loaded back, so a problem shows now, with its file and line."""
-    from selector.tasks.loader import load_evalset
-
-    written = []
-    for path in yaml_paths:
-        imported = import_task(path)
-        written.append((imported.write(out_dir), imported.notes))
-        load_evalset(out_dir, tasks=[imported.name])
-    return written
-
-
-def literal_list(src: _Source, text: str, key: str) -> list[str]:
+def literal_list(src: Source, text: str, key: str) -> list[str]:
     """lm-eval evaluates a rendered doc_to_choice with ast.literal_eval."""
     try:
         value = ast.literal_eval(text)

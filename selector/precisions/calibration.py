@@ -1,7 +1,7 @@
 """Calibration text for GPTQ/AWQ: where it comes from, how it is packed, and its hash.
 
 Sources (CalibrationConfig.source):
-- `builtin`: selector/calibration_corpus/builtin.txt, everyday prose, some code and some numbers,
+- `builtin`: selector/precisions/calibration_corpus/builtin.txt, everyday prose, some code and some numbers,
   written for this project and sharing no text with any eval set (so calibration cannot leak answers);
 - `evalset`: the loaded eval set's own items (their string fields joined), for users who want the
   quantizer to see their domain, accepting that it has then seen the test items;

@@ -21,7 +21,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-log = logging.getLogger("selector.gpu_pool")
+log = logging.getLogger("selector.sweep.gpu_pool")
 POOL_ENV = "SELECTOR_GPUS"
 POLL_S = 2.0
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from selector.config import SelectorConfig
+from selector.sweep.state import read_state
 from selector.types import RunRecord, SampleRecord, Selection
 
-log = logging.getLogger("selector.finish")
+log = logging.getLogger("selector.sweep.end")
 
 
 def gather_records(base: Path) -> list[RunRecord]:
@@ -104,11 +104,6 @@ def _log_flips(tracker: Any, records: list[RunRecord], selection: Selection) -> 
     run_ids = {r.name: r.mlflow_run_id for r in records}
     for verdict in selection.verdicts:
         tracker.log_metrics(run_ids.get(verdict.variant), flip_metrics(verdict))
-
-
-def read_state(base: Path) -> dict[str, Any]:
-    path = base / "sweep.json"
-    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def sweep_config(state: dict[str, Any], records: list[RunRecord]) -> SelectorConfig:

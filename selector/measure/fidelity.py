@@ -33,7 +33,7 @@ from typing import Any, Iterator, Sequence
 from selector.config import SelectorConfig, to_dict
 from selector.types import FidelityResult
 
-log = logging.getLogger("selector.fidelity")
+log = logging.getLogger("selector.measure.fidelity")
 
 PROBE_PROMPTS = 32
 CORPUS_PROBES = 4
@@ -52,8 +52,11 @@ class Reference:
     rest: Any  # float32 [positions]: log of the probability mass outside the top-k
 
 
-def measure_fidelity(loaded: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> FidelityResult | None:
-    """KL and top-1 agreement of `loaded` against the baseline precision; None for the baseline."""
+def measure_fidelity(loaded: Any, tasks: Sequence[Any], cfg: SelectorConfig,
+                     searchpath: Sequence[str] = ()) -> FidelityResult | None:
+    """KL and top-1 agreement of `loaded` against the baseline precision; None for the baseline.
+
+    searchpath: the user's config folders, where the baseline precision's config may live."""
     from selector.engines.hf import HFEngine
 
     engine = HFEngine(loaded.model, loaded.tokenizer)
@@ -68,7 +71,7 @@ def measure_fidelity(loaded: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> 
         return None
     ref = load_reference(path)
     if ref is None:
-        ref = _reference_from_baseline(cfg, probes, loaded.device)
+        ref = _reference_from_baseline(cfg, probes, loaded.device, searchpath)
         if ref is None:
             return None
         save_reference(path, ref)
@@ -99,7 +102,7 @@ def probe_prompts(tasks: Sequence[Any], cfg: SelectorConfig, k: int = PROBE_PROM
 
 def corpus_probes(n: int = CORPUS_PROBES) -> list[str]:
     """`n` paragraphs spread evenly over the built-in corpus (prose, code and numbers)."""
-    from selector.calibration import BUILTIN_CORPUS, read_paragraphs
+    from selector.precisions.calibration import BUILTIN_CORPUS, read_paragraphs
 
     paragraphs = read_paragraphs(BUILTIN_CORPUS)
     return [paragraphs[i * len(paragraphs) // n] for i in range(n)]
@@ -209,22 +212,22 @@ def load_reference(path: Path) -> Reference | None:
     return Reference(t["ids"], t["logp"], t["rest"])
 
 
-def _reference_from_baseline(cfg: SelectorConfig, probes: list[list[int]], device: str) -> Reference | None:
+def _reference_from_baseline(cfg: SelectorConfig, probes: list[list[int]], device: str,
+                             searchpath: Sequence[str]) -> Reference | None:
     """Load the baseline precision here (no file from a baseline run), measure it, free it."""
     import torch
-    from omegaconf import OmegaConf
 
     from selector import models
-    from selector.config import CONF_DIR, PrecisionConfig
+    from selector.compose import precision_by_name
+    from selector.errors import UserError
     from selector.precisions import get_backend
     from selector.precisions.base import LoadContext
 
-    yaml = CONF_DIR / "precision" / f"{cfg.baseline_precision}.yaml"
-    if not yaml.is_file():
-        log.warning("fidelity: baseline precision %r has no config (%s); skipped", cfg.baseline_precision, yaml)
+    try:
+        precision = precision_by_name(cfg.baseline_precision, list(searchpath))
+    except UserError as e:
+        log.warning("fidelity: baseline precision %r cannot be composed (%s); skipped", cfg.baseline_precision, e)
         return None
-    merged = OmegaConf.merge(OmegaConf.structured(PrecisionConfig), OmegaConf.load(yaml))
-    precision: PrecisionConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
     backend = get_backend(precision.backend)
     ok, why = backend.availability(precision, device)
     if not ok:

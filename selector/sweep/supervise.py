@@ -1,14 +1,14 @@
-"""One Hydra job = one variant, seen from the sweep: resume check, MLflow child run, isolated worker.
+"""Supervision of one variant's worker process: start it, relay its output, enforce the time limit,
+and turn whatever becomes of it into a record.
 
-The worker (worker.py) does the expensive part in its own process; this side owns the MLflow child
-run, so whatever happens to the worker (an exception, a segfault, an OOM kill, the time limit) the
-run ends with a status, a reason and the log's last lines, and the sweep goes on.
+The worker (worker.py) does the expensive part in its own process; the sweep's side owns the
+MLflow child run, so whatever happens to the worker (an exception, a segfault, an OOM kill, the
+time limit) the run ends with a status, a reason and the log's last lines, and the sweep goes on.
 """
 
 from __future__ import annotations
 
 import codecs
-import json
 import logging
 import os
 import signal
@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from selector.config import SelectorConfig, to_dict
-from selector.runner import JobFiles, VariantRun, now, partial_tasks
-from selector.types import ErrorInfo, RunRecord, Variant
+from selector.processes import die_with_parent, stop_group
+from selector.sweep.jobfiles import Job, JobFiles, bare_record
+from selector.types import ErrorInfo, RunRecord
 
-log = logging.getLogger("selector.job")
+log = logging.getLogger("selector.sweep.supervise")
 LOG_TAIL_LINES = 200  # a native crash prints a long module list after the useful lines
 
 
@@ -33,29 +34,18 @@ def record_store(cfg: SelectorConfig) -> Path:
 
 
 def run_variant(cfg: SelectorConfig, key: str, job_dir: Path, extra_config: dict[str, Any],
-                is_reference: bool = False) -> RunRecord:
-    """Run the variant (in its own process unless cfg.isolate is false) and return its record."""
+                is_reference: bool = False, searchpath: tuple[str, ...] = ()) -> RunRecord:
+    """Run the variant in its own worker process and return its record (a failed one when the
+    worker dies, hangs past the time limit or exits without writing one)."""
     files = JobFiles(job_dir)
-    for stale in (files.record, files.tasks, files.stage):
-        stale.unlink(missing_ok=True)
-    if not cfg.isolate:
-        record = VariantRun(cfg, key, job_dir, is_reference).run()
-    else:
-        record = _run_isolated(cfg, key, files, is_reference)
-    record.config.update(extra_config)
-    return record
-
-
-def _run_isolated(cfg: SelectorConfig, key: str, files: JobFiles, is_reference: bool) -> RunRecord:
-    spec = files.dir / "job.json"
-    spec.write_text(json.dumps({"config": to_dict(cfg), "key": key, "job_dir": str(files.dir.resolve()),
-                                "is_reference": is_reference}))
+    files.clear()
+    spec = files.write_job(Job(to_dict(cfg), key, files.dir, is_reference, searchpath))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "selector.worker", str(spec)],
+        [sys.executable, "-m", "selector.sweep.worker", str(spec)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # Ctrl-C reaches the sweep, which then stops the worker cleanly
-        preexec_fn=_die_with_parent,
+        preexec_fn=die_with_parent(),  # nothing keeps running if the sweep is killed
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     tail = LogTail()
@@ -66,24 +56,18 @@ def _run_isolated(cfg: SelectorConfig, key: str, files: JobFiles, is_reference: 
         proc.wait(timeout=cfg.time_limit_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill(proc)
+        stop_group(proc)
     except BaseException:  # KeyboardInterrupt / SIGTERM: stop the worker before we go
-        _kill(proc)
+        stop_group(proc)
         raise
     finally:
         tee.join(timeout=10)
     if files.record.exists() and not timed_out and proc.returncode == 0:
-        return RunRecord.load(files.record)
-    return _crash_record(cfg, key, files, proc.returncode, timed_out, tail.text())
-
-
-def _die_with_parent() -> None:
-    """Linux: the worker is killed if the sweep dies (even by SIGKILL), so no orphan keeps running."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        record = RunRecord.load(files.record)
+    else:
+        record = _crash_record(cfg, key, files, proc.returncode, timed_out, tail.text())
+    record.config.update(extra_config)
+    return record
 
 
 class LogTail:
@@ -117,19 +101,6 @@ def _tee(proc: subprocess.Popen, log_path: Path, tail: LogTail) -> None:  # type
             tail.feed(chunk)
 
 
-def _kill(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def _crash_record(cfg: SelectorConfig, key: str, files: JobFiles, code: int | None, timed_out: bool, tail: str) -> RunRecord:
     stage = files.read_stage()
     if timed_out:
@@ -140,11 +111,6 @@ def _crash_record(cfg: SelectorConfig, key: str, files: JobFiles, code: int | No
         kind, why = "WorkerKilled", f"worker killed by {name}{hint} in stage {stage}"
     else:
         kind, why = "WorkerCrashed", f"worker exited with code {code} in stage {stage} without writing a record"
-    variant = Variant(model=cfg.model.name, precision=cfg.precision.name, family=cfg.model.family,
-                      params=int(cfg.model.params_b * 1e9))
-    return RunRecord(
-        key=key, variant=variant, status="failed", reason=why,
-        error=ErrorInfo(type=kind, message=why, stage=stage, log_tail=tail[-12000:]),
-        tasks=partial_tasks(files.dir), config=to_dict(cfg), started_at=now(), finished_at=now(),
-    )
+    return bare_record(cfg, key, "failed", why, error=ErrorInfo(type=kind, message=why, stage=stage, log_tail=tail[-12000:]),
+                       tasks=files.partial_tasks())
 

@@ -1,31 +1,25 @@
-"""One variant, start to finish: materialize -> evaluate -> measure -> RunRecord.
-
-Runs inside the variant's own worker process (see worker.py). Everything it learns is written to
+"""One variant, start to finish, inside its worker process: materialize -> evaluate -> measure ->
+RunRecord (see worker.py). Everything it learns is written to
 the job folder as it goes: the current stage, each scored sample, and at the end the record, so a
 crash loses nothing already measured and the parent can say in which stage it died.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import traceback
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
 from selector.config import SelectorConfig, to_dict
 from selector.errors import UnavailableError
-from selector.faults import maybe_inject
-from selector.types import ErrorInfo, PerfResult, RunRecord, SampleRecord, TaskResult, Variant
+from selector.sweep.faults import maybe_inject
+from selector.sweep.jobfiles import JobFiles, now, variant_of
+from selector.types import ErrorInfo, PerfResult, RunRecord, SampleRecord
 
-log = logging.getLogger("selector.runner")
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+log = logging.getLogger("selector.sweep.pipeline")
 
 
 def resolve_device(name: str) -> str:
@@ -38,35 +32,12 @@ def resolve_device(name: str) -> str:
     return name
 
 
-class JobFiles:
-    """The files a variant writes into its job folder."""
-
-    def __init__(self, job_dir: Path) -> None:
-        self.dir = Path(job_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.stage = self.dir / "stage"
-        self.samples = self.dir / "samples.jsonl"
-        self.record = self.dir / "record.json"
-        self.log = self.dir / "worker.log"
-        self.tasks = self.dir / "tasks.partial.json"
-
-    def set_stage(self, stage: str) -> None:
-        self.stage.write_text(stage)
-
-    def read_stage(self) -> str:
-        return self.stage.read_text().strip() if self.stage.exists() else "preflight"
-
-
 class VariantRun:
-    def __init__(self, cfg: SelectorConfig, key: str, job_dir: Path, is_reference: bool = False) -> None:
-        self.cfg, self.key, self.is_reference = cfg, key, is_reference
+    def __init__(self, cfg: SelectorConfig, key: str, job_dir: Path, is_reference: bool = False,
+                 searchpath: tuple[str, ...] = ()) -> None:
+        self.cfg, self.key, self.is_reference, self.searchpath = cfg, key, is_reference, searchpath
         self.files = JobFiles(job_dir)
-        self.variant = Variant(
-            model=cfg.model.name,
-            precision=cfg.precision.name,
-            family=cfg.model.family,
-            params=int(cfg.model.params_b * 1e9),
-        )
+        self.variant = variant_of(cfg)
         self.record = RunRecord(key=key, variant=self.variant, status="failed", config=to_dict(cfg), started_at=now())
         self.stage = "preflight"
 
@@ -129,15 +100,12 @@ class VariantRun:
 
     def _check_available(self, device: str):  # type: ignore[no-untyped-def]
         from selector.precisions import get_backend
+        from selector.sweep.availability import availability
 
-        cfg = self.cfg
-        if cfg.model.requires_cuda and not device.startswith("cuda"):
-            raise UnavailableError(f"model={cfg.model.name} needs a CUDA GPU (requires_cuda) and this run is on {device}")
-        backend = get_backend(cfg.precision.backend)
-        ok, why = backend.availability(cfg.precision, device)
+        ok, why = availability(self.cfg, device)
         if not ok:
-            raise UnavailableError(f"precision={cfg.precision.name} is not available on {device.split(':')[0]}: {why}")
-        return backend
+            raise UnavailableError(why)
+        return get_backend(self.cfg.precision.backend)
 
     def _materialize(self, backend, device: str, tasks):  # type: ignore[no-untyped-def]
         """Resolve the model source, then load it at the precision (quantizing or reusing the cache)."""
@@ -257,7 +225,7 @@ class VariantRun:
                     progress=bar.update,
                 )
                 self.record.tasks[task.name] = result
-                self.files.tasks.write_text(json.dumps({k: v.model_dump() for k, v in self.record.tasks.items()}))
+                self.files.write_partial_tasks(self.record.tasks)
                 log.info("%s %s: %.3f [%.3f, %.3f] n=%d", self.variant.name, task.name, result.value, result.ci_low, result.ci_high, result.n)
 
     def _noise_floor(self, loaded, tasks) -> None:  # type: ignore[no-untyped-def]
@@ -280,14 +248,14 @@ class VariantRun:
 
     def _fidelity(self, loaded, tasks) -> None:  # type: ignore[no-untyped-def]
         try:
-            from selector.fidelity import measure_fidelity
+            from selector.measure.fidelity import measure_fidelity
         except ImportError:
             return
-        self.record.fidelity = measure_fidelity(loaded, tasks, self.cfg)
+        self.record.fidelity = measure_fidelity(loaded, tasks, self.cfg, self.searchpath)
 
 
 def _calibration_texts(cfg: SelectorConfig, tasks: list) -> list[str]:  # type: ignore[type-arg]
-    from selector.calibration import calibration_texts
+    from selector.precisions.calibration import calibration_texts
 
     return calibration_texts(cfg.calibration, tasks)
 
@@ -295,11 +263,3 @@ def _calibration_texts(cfg: SelectorConfig, tasks: list) -> list[str]:  # type: 
 def _one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0][:300] if text else type(e).__name__
-
-
-def partial_tasks(job_dir: Path) -> dict[str, TaskResult]:
-    """Task results a worker finished before it died (kept in a failed record)."""
-    path = JobFiles(job_dir).tasks
-    if not path.exists():
-        return {}
-    return {k: TaskResult.model_validate(v) for k, v in json.loads(path.read_text()).items()}

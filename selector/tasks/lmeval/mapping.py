@@ -6,13 +6,13 @@ import ast
 import re
 from typing import Any
 
-from selector.tasks import lmeval_import as li
+from selector.tasks.lmeval import source as li
 
 _STRIP = [r"^\s+", r"\s+$"]  # how an export writes selector's strip=True for lm-eval's exact_match
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def build_spec(src: li._Source, splits: dict[str, list[dict[str, Any]]]) -> li.ImportedTask:
+def build_spec(src: li.Source, splits: dict[str, list[dict[str, Any]]]) -> li.ImportedTask:
     name = _NAME_CHARS.sub("_", str(src.get("task") or src.path.stem)).lstrip("_.-") or "task"
     eval_split = src.get("test_split") or src.get("validation_split")
     if eval_split not in splits:
@@ -25,7 +25,7 @@ def build_spec(src: li._Source, splits: dict[str, list[dict[str, Any]]]) -> li.I
     spec: dict[str, Any] = {"name": name, "description": f"imported from lm-eval task {src.get('task')!r}",
                             "type": "multiple_choice" if mc else "generate", "data": f"{name}.jsonl"}
     spec["id_field"] = _ids(rows)
-    spec["prompt"] = li._field_or_template(src.get("doc_to_text"), columns, src, "doc_to_text")
+    spec["prompt"] = li.field_or_template(src.get("doc_to_text"), columns, src, "doc_to_text")
     spec["target"] = _target(src, rows + fewshot, columns, mc, spec)
     # lm-eval's prompts are completions unless run with --apply_chat_template; a selector export says which.
     chat = ((src.get("metadata") or {}).get("selector") or {}).get("style") == "chat"
@@ -53,14 +53,14 @@ def build_spec(src: li._Source, splits: dict[str, list[dict[str, Any]]]) -> li.I
     return li.ImportedTask(name=name, spec=spec, rows=rows, fewshot_rows=fewshot, notes=notes)
 
 
-def _output_type(src: li._Source) -> str:
+def _output_type(src: li.Source) -> str:
     kind = src.get("output_type", "generate_until")
     if kind not in ("generate_until", "multiple_choice"):
         src.fail("output_type", f"{kind!r} cannot be imported: selector scores generate_until and multiple_choice")
     return kind
 
 
-def _fewshot_rows(src: li._Source, splits: dict[str, list[dict[str, Any]]], eval_split: str,
+def _fewshot_rows(src: li.Source, splits: dict[str, list[dict[str, Any]]], eval_split: str,
                   notes: list[str]) -> list[dict[str, Any]]:
     n = int(src.get("num_fewshot") or 0)
     if n <= 0:
@@ -68,7 +68,7 @@ def _fewshot_rows(src: li._Source, splits: dict[str, list[dict[str, Any]]], eval
     cfg = src.get("fewshot_config") or {}
     split = src.get("fewshot_split") or cfg.get("split") or src.get("training_split")
     if split is None and cfg.get("samples"):
-        pool = [li._strings(src.path, None, r) for r in cfg["samples"]]
+        pool = [li.strings(src.path, None, r) for r in cfg["samples"]]
     else:
         if split is None and src.get("validation_split") not in (None, eval_split):
             split = src.get("validation_split")
@@ -95,7 +95,7 @@ def _ids(rows: list[dict[str, Any]]) -> str:
     return "_id"
 
 
-def _choices(src: li._Source, rows: list[dict[str, Any]], columns: set[str], spec: dict[str, Any]) -> list[list[str]]:
+def _choices(src: li.Source, rows: list[dict[str, Any]], columns: set[str], spec: dict[str, Any]) -> list[list[str]]:
     """Each row's choices, and the spec keys that give them to selector."""
     given = src.get("doc_to_choice")
     if isinstance(given, dict):
@@ -109,34 +109,34 @@ def _choices(src: li._Source, rows: list[dict[str, Any]], columns: set[str], spe
         spec["choices_field"] = given
         return [r[given] for r in rows]
     for row in rows:  # a template that renders a list literal: store each row's list
-        row["_choices"] = li.literal_list(src, li._render(given, row), "doc_to_choice")
+        row["_choices"] = li.literal_list(src, li.render(given, row), "doc_to_choice")
     spec["choices_field"] = "_choices"
     return [r["_choices"] for r in rows]
 
 
-def _target(src: li._Source, rows: list[dict[str, Any]], columns: set[str], mc: bool, spec: dict[str, Any]) -> str:
+def _target(src: li.Source, rows: list[dict[str, Any]], columns: set[str], mc: bool, spec: dict[str, Any]) -> str:
     given = src.get("doc_to_target")
     uses_choices = mc or src.get("doc_to_choice") is not None
     if isinstance(given, int) and not isinstance(given, bool) and uses_choices:
         template = None
     else:
-        template = li._field_or_template(given, columns, src, "doc_to_target")
+        template = li.field_or_template(given, columns, src, "doc_to_target")
     choices = _choices(src, rows, columns, spec) if uses_choices else [[] for _ in rows]
     if not mc:
         spec.pop("choices", None), spec.pop("choices_field", None)
     golds = []
     for row, options in zip(rows, choices):
-        value = given if template is None else (row[given] if given in columns else li._render(template, row))
+        value = given if template is None else (row[given] if given in columns else li.render(template, row))
         from_column = template is not None and given in columns
         golds.append(_gold(src, value, options, from_column=from_column, uses_choices=uses_choices))
-    if template is not None and all(g == li._render(template, r) for g, r in zip(golds, rows)):
+    if template is not None and all(g == li.render(template, r) for g, r in zip(golds, rows)):
         return template
     for row, gold in zip(rows, golds):  # lm-eval's answer is an index (or computed): store the text
         row["_target"] = gold
     return "{{ _target }}"
 
 
-def _gold(src: li._Source, value: Any, choices: list[str], from_column: bool, uses_choices: bool) -> str:
+def _gold(src: li.Source, value: Any, choices: list[str], from_column: bool, uses_choices: bool) -> str:
     """The answer text lm-eval scores against: an index into the choices becomes that choice."""
     if isinstance(value, int):
         index = value
@@ -157,13 +157,13 @@ def _gold(src: li._Source, value: Any, choices: list[str], from_column: bool, us
     return choices[index]
 
 
-def _metric(src: li._Source, mc: bool, notes: list[str]) -> dict[str, Any]:
+def _metric(src: li.Source, mc: bool, notes: list[str]) -> dict[str, Any]:
     listed = src.get("metric_list") or [{"metric": "acc" if mc else "exact_match"}]
     first = listed[0] if isinstance(listed[0], dict) else {"metric": listed[0]}
     name = str(first.get("metric"))
     if len(listed) > 1:
         notes.append(f"metric_list names {len(listed)} metrics; selector scores with the first, {name}")
-    if li._selector_utils(src, src.get("process_results"), "process_results") and name in li._SELECTOR_SCORED:
+    if li.selector_utils(src, src.get("process_results"), "process_results") and name in li.SELECTOR_SCORED:
         module = src.path.parent / (str(src.get("process_results")).rsplit(".", 1)[0] + ".py")
         found = re.search(r"^METRIC_ARGS = (.*)$", module.read_text(), re.M)
         return {"metric": name, "metric_args": ast.literal_eval(found.group(1)) if found else {}}

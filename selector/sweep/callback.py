@@ -7,37 +7,21 @@ through `sweep.json` in the sweep folder (and an environment variable for local 
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from selector.errors import UserError
+from selector.errors import UsageExit, UserError
 from selector.logs import setup_logging
+from selector.sweep.state import write_state
 
-log = logging.getLogger("selector.sweep")
-STATE_ENV = "SELECTOR_SWEEP_STATE"
-
-
-def _state_path(base: Path) -> Path:
-    return base / "sweep.json"
-
-
-def read_state() -> dict[str, Any]:
-    path = os.environ.get(STATE_ENV)
-    if not path or not Path(path).exists():
-        hc = HydraConfig.get()
-        base = hc.sweep.dir if hc.mode.name == "MULTIRUN" else hc.run.dir
-        path = str(_state_path(Path(base)))
-    return json.loads(Path(path).read_text()) if Path(path).exists() else {}
+log = logging.getLogger("selector.sweep.callback")
 
 
 class SweepCallback(Callback):
@@ -54,7 +38,7 @@ class SweepCallback(Callback):
         self._end(Path(config.hydra.run.dir))
 
     def _start(self, config: DictConfig, base: Path, multirun: bool) -> None:
-        from selector import preflight
+        from selector.sweep import preflight
         from selector.trackers import make_tracker
 
         setup_logging()
@@ -64,10 +48,10 @@ class SweepCallback(Callback):
         signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
             planned, skey = preflight.plan(config, multirun)
-        except UserError as e:
-            _exit_usage(e)
-        if not any(p.available for p in planned):
-            _exit_usage(UserError(preflight.unavailable_message(planned)))
+            if not any(p.available for p in planned):
+                raise UserError(preflight.unavailable_message(planned))
+        except UserError as e:  # Hydra would only warn about an Exception here and run the jobs
+            raise UsageExit(e) from None
         first = planned[0].cfg
         tracker = make_tracker(first.tracker, first.experiment, first.output_dir)
         params = {
@@ -98,12 +82,11 @@ class SweepCallback(Callback):
             "reference": preflight.reference_variant(planned),
             "variants": [{"name": p.name, "key": p.key, "available": p.available, "reason": p.reason} for p in planned],
         }
-        _state_path(base).write_text(json.dumps(state, indent=2))
-        os.environ[STATE_ENV] = str(_state_path(base).resolve())
+        write_state(base, state)
         log.info("sweep of %d variants; MLflow %s, parent run %s", len(planned), tracker.uri, parent)
 
     def _end(self, base: Path) -> None:
-        from selector.finish import abort_sweep, finish_sweep
+        from selector.sweep.end import abort_sweep, finish_sweep
 
         try:
             finish_sweep(base, time.time() - getattr(self, "t0", time.time()))
@@ -117,6 +100,3 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
-def _exit_usage(e: UserError) -> None:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(e.exit_code)

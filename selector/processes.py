@@ -1,0 +1,47 @@
+"""Child processes that cannot outlive what started them: the variant's worker and a model server.
+
+Both are started in a session of their own (so Ctrl-C reaches the sweep, which then stops them
+in order) and asked by the kernel to die with their parent (Linux PR_SET_PDEATHSIG), so a killed
+sweep leaves nothing running; both are stopped as a whole process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from typing import Callable
+
+
+def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> Callable[[], None]:
+    """A preexec_fn: the child gets `sig` when the process that started it dies (even by SIGKILL)."""
+
+    def arm() -> None:
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            PR_SET_PDEATHSIG = 1
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+
+    return arm
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> bool:
+    """Send `sig` to a process group; False when it is already gone."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:  # type: ignore[type-arg]
+    """SIGTERM the child's process group, then SIGKILL it if it is still there after grace_s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not signal_group(proc.pid, sig):
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+            return

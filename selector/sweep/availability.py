@@ -1,0 +1,49 @@
+"""Can this variant run here? One answer for the sweep's preflight (before anything starts) and
+for the worker (on the device it actually got): the model's source and needs, and the precision
+backend's own check (library installed, device supported)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from selector.config import SelectorConfig
+from selector.errors import ConfigError
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def planned_device(cfg: SelectorConfig) -> str:
+    """Where the variant would run: "cuda" or "cpu"."""
+    wants_cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and cuda_available())
+    return "cuda" if wants_cuda else "cpu"
+
+
+def availability(cfg: SelectorConfig, device: str | None = None) -> tuple[bool, str]:
+    """(True, "") or (False, the reason in one line). device: the one the variant got (a worker),
+    or None for where it would run."""
+    from selector import models
+    from selector.precisions import get_backend
+
+    device = device or planned_device(cfg)
+    kind = device.split(":")[0]
+    if cfg.model.requires_cuda and (kind != "cuda" or not cuda_available()):
+        return False, f"model={cfg.model.name} needs a CUDA GPU and " + (
+            "torch.cuda.is_available() is False here" if not cuda_available() else f"this run is on {kind}")
+    if cfg.device.startswith("cuda") and not cuda_available():
+        return False, f"device={cfg.device} but CUDA is not available here"
+    ok, why = models.check_available(cfg.model, precision=cfg.precision.name, cache_dir=Path(cfg.cache_dir))
+    if not ok:
+        return False, f"model={cfg.model.name}: {why}"
+    try:
+        ok, why = get_backend(cfg.precision.backend).availability(cfg.precision, device)
+    except KeyError as e:
+        raise ConfigError(f"conf/precision/{cfg.precision.name}.yaml", "backend", str(e)) from None
+    if not ok:
+        return False, f"precision={cfg.precision.name} is not available on {kind}: {why}"
+    return True, ""

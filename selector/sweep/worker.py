@@ -1,0 +1,44 @@
+"""The variant's own process: `python -m selector.sweep.worker <job folder>/job.json`.
+
+One process per variant returns all its memory when it ends, and a segfault, a CUDA error or an
+out-of-memory kill there cannot take the sweep down: the sweep's side (supervise.py) sees the exit
+status and records the failure with the stage the worker had reached.
+
+To debug one variant in the foreground (a debugger, a profiler), run this module yourself on the
+job.json a sweep left in the variant's folder.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import resource
+import sys
+from pathlib import Path
+
+
+def limit_memory(gb: float | None) -> None:
+    """Cap the address space so runaway allocation fails inside the variant, not the machine."""
+    if gb:
+        cap = int(gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def main(argv: list[str]) -> int:
+    from selector.compose import config_from_dict
+    from selector.logs import setup_logging
+    from selector.sweep.jobfiles import read_job
+    from selector.sweep.pipeline import VariantRun
+
+    setup_logging()
+    faulthandler.enable()  # a segfault prints the Python stack to stderr (captured into worker.log)
+    job = read_job(Path(argv[0]))
+    cfg = config_from_dict(job.config)
+    limit_memory(cfg.memory_limit_gb)
+    record = VariantRun(cfg, job.key, job.job_dir, job.is_reference, job.searchpath).run()
+    logging.getLogger("selector.sweep.worker").info("variant %s: %s", record.name, record.status)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
