@@ -55,6 +55,8 @@ ENVIRONMENT = {
     "hardware": "2 vCPU (Intel Xeon, AVX512-BF16), 24 GiB RAM, no GPU", "device": "cpu",
     "python": "3.11.2", "torch": "2.13.0", "transformers": "5.17.0", "mlflow": "3.17.2",
     "git_commit": "02c33e6", "threads": 2,
+    "code_sandbox": ["rlimits", "process-group", "scrubbed-env", "unprivileged-user", "no-network", "pid-namespace",
+                     "read-only-fs"],
 }
 
 
