@@ -22,7 +22,7 @@ names the active ones, and each run's result carries them):
     the kernel kills every process it started, setsid() or not; it sees only those in /proc. As
     PID 1 it ignores signals it has no handler for (a SIGTERM to itself does nothing);
   - "read-only-fs" (Linux 5.12+): every mount is read-only except the run's folder, where TMPDIR
-    points; /tmp, /dev/shm and the home folders included.
+    points, and a private 16 MiB /dev/shm (for multiprocessing); /tmp and home folders included.
   Where these do not work, the layers before them still apply, and `isolation()` lacks the names.
 
 What it does not do: the program can read whatever its user can read (the file system is visible,

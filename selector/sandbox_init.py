@@ -14,7 +14,7 @@ signal of its own. The child, PID 1 of the new namespace:
    kills it too, also after it called setsid(); mounts this namespace's own /proc;
 2. with READ_ONLY=1, makes every mount read-only, recursively (mount_setattr, Linux 5.12+); then
    FOLDER, the run's own, is bind-mounted over itself and made writable again. /proc stays
-   writable: step 3 writes to it;
+   writable: step 3 writes to it. /dev/shm becomes a private, empty 16 MiB tmpfs;
 3. moves into a nested user namespace where it is uid and gid 65534 ("nobody"; outside, still the
    sandbox's user) and sets no_new_privs. After the exec below it holds no capabilities, so the
    program cannot remount anything writable (root of the first namespace could), and no set-uid
@@ -90,6 +90,9 @@ def main(folder: str, read_only: str, interpreter: str, script: str) -> None:
         set_read_only("/", True, recursive=True)
         set_read_only(folder, False, recursive=False)
         set_read_only("/proc", False, recursive=False)
+        if os.path.isdir("/dev/shm"):  # multiprocessing's locks live there: a private one, gone with the namespace
+            check(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"size=16m,mode=1777"),
+                  "mount /dev/shm")
     check(libc.unshare(CLONE_NEWUSER), "create a nested user namespace")
     for name, line in (("setgroups", "deny"), ("uid_map", f"{INSIDE_ID} 0 1"), ("gid_map", f"{INSIDE_ID} 0 1")):
         try:

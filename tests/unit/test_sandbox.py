@@ -237,6 +237,19 @@ def test_can_write_in_its_own_folder_and_its_temporary_files() -> None:
     assert result.passed and result.stdout_tail == "kept True\n"
 
 
+def test_multiprocessing_works_and_its_shared_memory_stays_private() -> None:
+    name = f"selector-shm-{uuid.uuid4().hex[:12]}"
+    code = (f"import concurrent.futures as cf, multiprocessing.shared_memory as sm\nshm = sm.SharedMemory({name!r}, "
+            "create=True, size=1024)\nwith cf.ProcessPoolExecutor(2) as pool:\n    print(sum(pool.map(abs, [-1, -2])))")
+    result = run_python(code)
+    assert result.passed, result.stderr_tail
+    assert result.stdout_tail == "3\n"
+    if "read-only-fs" in isolation():  # its /dev/shm was its own (left behind on purpose: no unlink)
+        assert not Path("/dev/shm", name).exists()
+    else:
+        Path("/dev/shm", name).unlink(missing_ok=True)
+
+
 def test_namespace_layers_are_all_active_where_user_namespaces_work() -> None:
     # a probe that failed for a bug would quietly fall back to fewer layers (and skip the tests above)
     if "no-network" not in isolation():
