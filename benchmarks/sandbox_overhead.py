@@ -11,7 +11,7 @@ noise spreads over all three). Times are wall-clock around each call, so they in
 the wrappers, writing the script and removing its folder. Every gold solution must pass in every
 configuration, else the figures would time failures.
 
-    python -m benchmarks.sandbox_overhead --baseline 2a24c35 --rounds 5
+    python -m benchmarks.sandbox_overhead --baseline 2a24c35 --rounds 10 --max-load 1.0
 
 Writes benchmarks/results/sandbox_overhead.json.
 """
@@ -34,7 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchmarks.common import REPO_ROOT, RESULTS_DIR, NeighbourCpu, load_average, redact, say
+from benchmarks.common import REPO_ROOT, RESULTS_DIR, NeighbourCpu, load_average, redact, say, wait_for_quiet
 
 EVALSET = REPO_ROOT / "evalsets" / "default"
 
@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", help="git revision whose selector/sandbox.py is `before` (default: none)")
     parser.add_argument("--rounds", type=int, default=5, help="times each item runs in each configuration")
+    parser.add_argument("--max-load", type=float, help="first wait until the 1-minute load average is below this")
+    parser.add_argument("--wait-s", type=float, default=900, help="how long --max-load waits at most")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "sandbox_overhead.json")
     args = parser.parse_args(argv)
 
@@ -92,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     programs, metric_args = code_items()
     timeout_s, memory_mb = float(metric_args["timeout_s"]), int(metric_args["memory_mb"])
-    interpreter = sandbox._setup().interpreter  # the Python the sandbox runs (as root: one `nobody` can run)
-    runners: dict[str, Callable[[str], bool]] = {"bare": lambda code: bare(code, interpreter, timeout_s)}
+    runners: dict[str, Callable[[str], bool]] = {}
     isolation: dict[str, list[str]] = {}
     probe_ms: dict[str, float] = {}
     modules = {"after": sandbox}
@@ -104,10 +105,13 @@ def main(argv: list[str] | None = None) -> int:
         isolation[name] = list(module.isolation())  # the first call probes the machine: timed apart
         probe_ms[name] = round((time.perf_counter() - started) * 1000, 1)
         runners[name] = (lambda m: lambda code: m.run_python(code, timeout_s=timeout_s, memory_mb=memory_mb).passed)(module)
+    interpreter = sandbox._setup().interpreter  # the Python the sandbox runs (as root: one `nobody` can run)
+    runners = {"bare": lambda code: bare(code, interpreter, timeout_s), **runners}
 
     times: dict[str, list[float]] = {name: [] for name in runners}
     failed: dict[str, int] = {name: 0 for name in runners}
     names = list(runners)
+    quiet = wait_for_quiet(args.max_load, args.wait_s) if args.max_load else None
     neighbours = NeighbourCpu()
     load_start = load_average()
     for round_ in range(args.rounds):
@@ -136,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         "isolation": isolation,
         "first_call_probe_ms": probe_ms,
         "machine": {"platform": platform.platform(), "cores": os.cpu_count(), "running_as_root": os.geteuid() == 0,
-                    "load_average_start": load_start, "load_average_end": load_average(), "neighbours": neighbours.read()},
+                    "quiet_wait": quiet, "load_average_start": load_start, "load_average_end": load_average(),
+                    "neighbours": neighbours.read()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(redact(json.dumps(result, indent=1)) + "\n", encoding="utf-8")
