@@ -37,7 +37,7 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 0x2, 0x4, 0x8, 0x1000
 AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 MOUNT_ATTR_RDONLY = 0x1
-SYS_MOUNT_SETATTR = 442  # one number on every architecture (syscalls added since 5.1 share them)
+SYS_MOUNT_SETATTR = 442  # the same on every architecture but alpha (syscalls added since 5.1 share numbers)
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 INSIDE_ID = 65534
 
