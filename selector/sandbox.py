@@ -38,6 +38,7 @@ import math
 import os
 import pwd
 import resource
+import select
 import shutil
 import signal
 import subprocess
@@ -189,7 +190,23 @@ def _tasks_of_user(uid: int) -> int:
 
 
 def _wait_without_reaping(pid: int, timeout_s: float) -> bool:
-    """Sleep-poll until the process exits (True) or the timeout passes (False); leave it unreaped."""
+    """Wait until the process exits (True) or the timeout passes (False); leave it unreaped.
+
+    A pidfd wakes us the moment it exits; sleep-polling (before Linux 5.3) adds up to its last
+    sleep to every run, 30 ms for a run of 35 ms."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return _poll_without_reaping(pid, timeout_s)
+    try:
+        watch = select.poll()
+        watch.register(pidfd, select.POLLIN)
+        return bool(watch.poll(max(0, math.ceil(timeout_s * 1000))))
+    finally:
+        os.close(pidfd)
+
+
+def _poll_without_reaping(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     delay = 0.002
     while True:

@@ -319,3 +319,11 @@ def test_result_names_the_active_isolation() -> None:
     result = run_python("pass")
     assert result.isolation == isolation()
     assert {"rlimits", "process-group", "scrubbed-env"} <= set(result.isolation)
+
+
+def test_waits_by_polling_where_there_are_no_pidfds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "pidfd_open", raising=False)  # Linux before 5.3, or another POSIX system
+    assert run_python("print('hi')").stdout_tail == "hi\n"
+    started = time.monotonic()
+    result = run_python("import time\ntime.sleep(30)", timeout_s=0.5)
+    assert result.timed_out and time.monotonic() - started < 5
