@@ -4,10 +4,12 @@ asserts, run the way the `code_tests` metric runs them, through each of
 - `bare`: `python -I main.py` in a fresh temporary folder, no limits, with the interpreter the
   sandbox uses (what the code itself takes);
 - `before`: selector/sandbox.py as of `--baseline REV` (taken from git, loaded as a module);
-- `after`: selector/sandbox.py of this checkout.
+- `after`: selector/sandbox.py of this checkout;
+- `after_polling`: the same, but waiting for the program by sleep-polling as `before` did (the
+  pidfd wait came with the namespace layers): what the layers alone cost.
 
-Each round runs all items through every configuration, in a rotated order (a shared machine's
-noise spreads over all three). Times are wall-clock around each call, so they include starting
+Each round runs every item through all configurations back to back, in a rotating order, so on
+a shared machine they see the same load; `*_minus_before_paired` compares them item by item. Times are wall-clock around each call, so they include starting
 the wrappers, writing the script and removing its folder. Every gold solution must pass in every
 configuration, else the figures would time failures.
 
@@ -75,6 +77,16 @@ def bare(code: str, interpreter: str, timeout_s: float) -> bool:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def polling(sandbox: ModuleType, run: Callable[[str], bool], code: str) -> bool:
+    """`after`, but waiting by sleep-polling as `before` did: what the new layers cost on their own."""
+    waiting = sandbox._wait_without_reaping
+    sandbox._wait_without_reaping = sandbox._poll_without_reaping
+    try:
+        return run(code)
+    finally:
+        sandbox._wait_without_reaping = waiting
+
+
 def summary(times_ms: list[float]) -> dict[str, float]:
     ordered = sorted(times_ms)
     return {"mean_ms": round(statistics.fmean(ordered), 2), "median_ms": round(statistics.median(ordered), 2),
@@ -105,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         isolation[name] = list(module.isolation())  # the first call probes the machine: timed apart
         probe_ms[name] = round((time.perf_counter() - started) * 1000, 1)
         runners[name] = (lambda m: lambda code: m.run_python(code, timeout_s=timeout_s, memory_mb=memory_mb).passed)(module)
+    runners["after_polling"] = lambda code: polling(sandbox, runners["after"], code)
     interpreter = sandbox._setup().interpreter  # the Python the sandbox runs (as root: one `nobody` can run)
     runners = {"bare": lambda code: bare(code, interpreter, timeout_s), **runners}
 
@@ -115,9 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     neighbours = NeighbourCpu()
     load_start = load_average()
     for round_ in range(args.rounds):
-        order = names[round_ % len(names):] + names[:round_ % len(names)]
-        for name in order:
-            for code in programs:
+        for i, code in enumerate(programs):
+            # each item through every configuration back to back, in a rotating order: they see the same load
+            shift = (round_ + i) % len(names)
+            for name in names[shift:] + names[:shift]:
                 started = time.perf_counter()
                 ok = runners[name](code)
                 times[name].append((time.perf_counter() - started) * 1000)
@@ -131,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     figures = {name: summary(times[name]) for name in names}
     overhead = {name: {k: round(figures[name][k] - figures["bare"][k], 2) for k in ("mean_ms", "median_ms")}
                 for name in names if name != "bare"}
+    for name in names:  # against `before`, item by item: the same item in the same round, run moments apart
+        if name not in ("bare", "before") and "before" in times:
+            paired = [a - b for a, b in zip(times[name], times["before"])]
+            overhead[f"{name}_minus_before_paired"] = {"mean_ms": round(statistics.fmean(paired), 2),
+                                                       "median_ms": round(statistics.median(paired), 2)}
     result: dict[str, Any] = {
         "what": "wall-clock ms per code item (gold solution + its asserts) through each configuration",
         "items": len(programs), "rounds": args.rounds, "timeout_s": timeout_s, "memory_mb": memory_mb,
