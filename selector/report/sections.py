@@ -99,7 +99,16 @@ def failures(records: list[RunRecord]) -> list[dict[str, str]]:
 
 
 def environment(records: list[RunRecord], context: dict[str, Any]) -> list[tuple[str, str]]:
-    env = context.get("environment") or next((r.environment for r in records if r.environment), {})
+    env = dict(context.get("environment") or next((r.environment for r in records if r.environment), {}))
+    # The code sandbox's layers are known where the variants ran (machines may differ): each record has its own.
+    sandboxes: dict[str, list[str]] = {}
+    for r in order_records(records):
+        if r.environment.get("code_sandbox"):
+            sandboxes.setdefault(fmt.value(r.environment["code_sandbox"]), []).append(r.name)
+    if len(sandboxes) == 1:
+        env["code_sandbox"] = next(iter(sandboxes))
+    elif sandboxes:
+        env["code_sandbox"] = "; ".join(f"{layers} ({', '.join(names)})" for layers, names in sandboxes.items())
     return [(str(k), fmt.value(v)) for k, v in env.items()]
 
 

@@ -91,6 +91,11 @@ class VariantRun:
         self.record.environment = environment(device)
         backend = self._check_available(device)
         tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
+        if any(t.metric == "code_tests" for t in tasks):
+            from selector.tasks.sandbox import isolation
+
+            # generated code runs here, and how well it is contained depends on this machine's kernel
+            self.record.environment["code_sandbox"] = list(isolation())
         with self.timed("load"):
             resolved, loaded = self._materialize(backend, device, tasks)
         if cfg.engine.kind == "openai":

@@ -1,23 +1,34 @@
 """Run untrusted Python (model-written code) in a separate, limited process.
 
 What the sandbox does, in layers (each one is used where this machine allows it; `isolation()`
-says which are active):
-- a fresh `python -I` process (isolated mode: no user site, no PYTHON* variables) in a new empty
-  temporary folder that is removed afterwards, with an environment holding only PATH and LANG, so
-  no tokens or secrets reach it;
-- resource limits set with `resource.setrlimit` before exec: CPU seconds (RLIMIT_CPU), address space
-  (RLIMIT_AS), size of any file it writes, stdout included (RLIMIT_FSIZE), number of processes of its
-  user (RLIMIT_NPROC, stops fork bombs) and of open files (RLIMIT_NOFILE); no core dumps;
-- its own session and process group, killed whole (SIGKILL) on timeout and after it exits;
-- when this process runs as root, the code runs as the unprivileged user `nobody` instead, because
-  root ignores RLIMIT_NPROC and may write anywhere;
-- no network: it runs under `unshare --user --map-root-user --net` (a new, empty network namespace
-  with only a down loopback) when unprivileged user namespaces work here; otherwise the network is
-  NOT isolated and `isolation()` lacks "no-network".
+names the active ones, and each run's result carries them):
+- "scrubbed-env": a fresh `python -I` process (isolated mode: no user site, no PYTHON* variables)
+  in a new empty temporary folder that is removed afterwards, with an environment holding only
+  PATH, LANG and TMPDIR (the run's folder), so no tokens or secrets reach it;
+- "rlimits": limits set with `resource.setrlimit` before exec: CPU seconds (RLIMIT_CPU), address
+  space (RLIMIT_AS), size of any file it writes, stdout included (RLIMIT_FSIZE), number of
+  processes of its user (RLIMIT_NPROC, stops fork bombs) and of open files (RLIMIT_NOFILE); no core
+  dumps;
+- "process-group": its own session and process group, killed whole (SIGKILL) on timeout and after
+  it exits;
+- "unprivileged-user": when this process runs as root, the code runs as `nobody` instead (root
+  ignores RLIMIT_NPROC and may write anywhere);
+- where unprivileged user namespaces work, `unshare` puts it in new user and network namespaces
+  and, where selector/tasks/sandbox_init.py can set them up from inside, new mount and PID namespaces;
+  the program then runs as uid 65534 of a nested user namespace, without capabilities, so it
+  cannot undo them:
+  - "no-network": an empty network namespace (only a loopback that is down);
+  - "pid-namespace": the program is PID 1 of its own PID namespace, so when it exits or is killed
+    the kernel kills every process it started, setsid() or not; it sees only those in /proc. As
+    PID 1 it ignores signals it has no handler for (a SIGTERM to itself does nothing);
+  - "read-only-fs" (Linux 5.12+): every mount is read-only except the run's folder, where TMPDIR
+    points, and a private 16 MiB /dev/shm (for multiprocessing); /tmp and home folders included.
+  Where these do not work, the layers before them still apply, and `isolation()` lacks the names.
 
-What it does not do: it is not a container. The code can read whatever its user can read, and
-write (files up to the size limit) wherever its user can write; a child process that calls
-setsid() leaves the process group and is not killed with it (it keeps its own CPU limit).
+What it does not do: the program can read whatever its user can read (the file system is visible,
+only not writable). Without "read-only-fs" it can write (files up to the size limit) wherever its
+user may; without "pid-namespace" a child that calls setsid() leaves the process group, is not
+killed with it and outlives the run (it keeps its own CPU limit).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import math
 import os
 import pwd
 import resource
+import select
 import shutil
 import signal
 import subprocess
@@ -36,13 +48,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-_NET_WRAPPER = ("unshare", "--user", "--map-root-user", "--net")
+_NET_ONLY = ("unshare", "--user", "--map-root-user", "--net")
+_ALL_NAMESPACES = (*_NET_ONLY, "--mount", "--pid")  # sandbox_init forks PID 1 and mounts its /proc
+_INIT = Path(__file__).with_name("sandbox_init.py")
 
 
 @dataclass(frozen=True)
 class SandboxResult:
     passed: bool  # exited 0 within its limits
-    returncode: int | None  # negative: killed by that signal
+    returncode: int | None  # negative: killed by that signal; None: killed at the wall-clock timeout
     timed_out: bool  # killed for running past its wall-clock or CPU limit
     stdout_tail: str
     stderr_tail: str
@@ -55,8 +69,15 @@ class _Setup:
     interpreter: str
     user: int | None  # uid to run as (None: our own)
     group: int | None
-    wrapper: tuple[str, ...]
+    wrapper: tuple[str, ...]  # unshare and its options, or nothing
+    init: str | None  # None: no sandbox_init; "1"/"0": run it with a read-only file system or not
     features: tuple[str, ...]
+
+    def argv(self, folder: Path, script: str) -> list[str]:
+        if self.init is None:
+            return [*self.wrapper, self.interpreter, "-I", script]
+        init = [self.interpreter, "-I", "-S", "-c", _init_source(), str(folder), self.init, self.interpreter, script]
+        return [*self.wrapper, *init]
 
 
 def run_python(
@@ -89,9 +110,9 @@ def run_python(
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             started = time.monotonic()
             proc = subprocess.Popen(
-                [*setup.wrapper, setup.interpreter, "-I", script.name],
+                setup.argv(workdir, script.name),
                 cwd=workdir,
-                env=_scrubbed_env(),
+                env=_scrubbed_env(workdir),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -104,12 +125,16 @@ def run_python(
             )
             exited = _wait_without_reaping(proc.pid, timeout_s)
             _kill_group(proc.pid)  # the leader is not reaped yet, so its group id cannot be reused
-            returncode = proc.wait()
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = returncode = os.waitstatus_to_exitcode(status)
             duration = time.monotonic() - started
+            # PID 1 of a namespace ignores SIGXCPU: the CPU limit then ends it with SIGKILL a second later
+            out_of_cpu = returncode == -signal.SIGXCPU or (
+                returncode == -signal.SIGKILL and usage.ru_utime + usage.ru_stime >= cpu_limit)
             return SandboxResult(
-                passed=exited and returncode == 0,
+                passed=exited and returncode == 0 and not out_of_cpu,
                 returncode=returncode if exited else None,
-                timed_out=not exited or returncode == -signal.SIGXCPU,
+                timed_out=not exited or out_of_cpu,
                 stdout_tail=_tail(out, tail_chars),
                 stderr_tail=_tail(err, tail_chars),
                 duration_s=round(duration, 3),
@@ -120,7 +145,7 @@ def run_python(
 
 
 def isolation() -> tuple[str, ...]:
-    """The isolation layers active on this machine, e.g. ("rlimits", "unprivileged-user", "no-network")."""
+    """The isolation layers active on this machine, e.g. ("rlimits", ..., "pid-namespace", "read-only-fs")."""
     return _setup().features
 
 
@@ -165,7 +190,23 @@ def _tasks_of_user(uid: int) -> int:
 
 
 def _wait_without_reaping(pid: int, timeout_s: float) -> bool:
-    """Sleep-poll until the process exits (True) or the timeout passes (False); leave it unreaped."""
+    """Wait until the process exits (True) or the timeout passes (False); leave it unreaped.
+
+    A pidfd wakes us the moment it exits; sleep-polling (before Linux 5.3) adds up to its last
+    sleep to every run, 30 ms for a run of 35 ms."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return _poll_without_reaping(pid, timeout_s)
+    try:
+        watch = select.poll()
+        watch.register(pidfd, select.POLLIN)
+        return bool(watch.poll(max(0, math.ceil(timeout_s * 1000))))
+    finally:
+        os.close(pidfd)
+
+
+def _poll_without_reaping(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     delay = 0.002
     while True:
@@ -205,8 +246,10 @@ def _remove_tree(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _scrubbed_env() -> dict[str, str]:
-    return {"PATH": os.environ.get("PATH", os.defpath), "LANG": os.environ.get("LANG", "C.UTF-8")}
+def _scrubbed_env(folder: Path) -> dict[str, str]:
+    # TMPDIR: temporary files go to the run's folder, the one place it may write, removed afterwards
+    return {"PATH": os.environ.get("PATH", os.defpath), "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "TMPDIR": str(folder)}
 
 
 # ---- what this machine allows (probed once per process) ----
@@ -223,11 +266,43 @@ def _setup() -> _Setup:
             user, group, interpreter = dropped
     if user is not None or os.geteuid() != 0:
         features.append("unprivileged-user")  # RLIMIT_NPROC holds only for non-root users
-    wrapper: tuple[str, ...] = ()
-    if shutil.which(_NET_WRAPPER[0]) and _runs([*_NET_WRAPPER, interpreter], user, group):
-        wrapper = _NET_WRAPPER
-        features.append("no-network")
-    return _Setup(interpreter, user, group, wrapper, tuple(features))
+    # The strongest wrapper whose probe passes: each probe checks what its features claim.
+    options: list[tuple[tuple[str, ...], str | None, list[str]]] = [
+        (_ALL_NAMESPACES, "1", ["no-network", "pid-namespace", "read-only-fs"]),
+        (_ALL_NAMESPACES, "0", ["no-network", "pid-namespace"]),  # kernels before 5.12: no mount_setattr
+        (_NET_ONLY, None, ["no-network"]),
+    ]
+    if shutil.which("unshare"):
+        for wrapper, init, extra in options:
+            candidate = _Setup(interpreter, user, group, wrapper, init, tuple(features + extra))
+            if _probe(candidate):
+                return candidate
+    return _Setup(interpreter, user, group, (), None, tuple(features))
+
+
+_PROBE_CHECKS = {
+    "pid-namespace": "assert os.getpid() == 1",
+    # its own folder is writable, the world-writable temporary folder around it is not
+    "read-only-fs": "assert os.access('.', os.W_OK) and not os.access('..', os.W_OK)",
+}
+
+
+def _probe(setup: _Setup) -> bool:
+    """Whether a program run through `setup` exits 0 and sees the isolation its features claim."""
+    code = "import os\n" + "\n".join(check for name, check in _PROBE_CHECKS.items() if name in setup.features)
+    folder = Path(tempfile.mkdtemp(prefix="selector-sandbox-probe-"))
+    try:
+        (folder / "main.py").write_text(code, encoding="utf-8")
+        if setup.user is not None:
+            os.chown(folder, setup.user, setup.group if setup.group is not None else -1)
+        return _runs(setup.argv(folder, "main.py"), setup.user, setup.group, folder)
+    finally:
+        _remove_tree(folder)
+
+
+@functools.lru_cache(maxsize=1)
+def _init_source() -> str:
+    return _INIT.read_text(encoding="utf-8")
 
 
 def _unprivileged_identity() -> tuple[int, int, str] | None:
@@ -239,18 +314,18 @@ def _unprivileged_identity() -> tuple[int, int, str] | None:
     candidates = [sys.executable, getattr(sys, "_base_executable", ""), os.path.realpath(sys.executable)]
     candidates.append(shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or "")
     for candidate in dict.fromkeys(c for c in candidates if c):
-        if _runs([candidate], nobody.pw_uid, nobody.pw_gid):
+        if _runs([candidate, "-I", "-c", "pass"], nobody.pw_uid, nobody.pw_gid, Path(tempfile.gettempdir())):
             return nobody.pw_uid, nobody.pw_gid, candidate
     return None
 
 
-def _runs(prefix: list[str], user: int | None, group: int | None) -> bool:
-    """Whether `prefix -I -c pass` starts and exits 0 as the given user."""
+def _runs(argv: list[str], user: int | None, group: int | None, folder: Path) -> bool:
+    """Whether `argv` starts and exits 0 as the given user, in `folder`."""
     try:
         done = subprocess.run(
-            [*prefix, "-I", "-c", "pass"],
-            env=_scrubbed_env(),
-            cwd=tempfile.gettempdir(),
+            argv,
+            env=_scrubbed_env(folder),
+            cwd=folder,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=20,

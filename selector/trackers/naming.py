@@ -32,6 +32,7 @@ def record_params(record: RunRecord) -> dict[str, str]:
         "batch_size": str(cfg.get("engine", {}).get("batch_size", "")),
         "device": str(record.environment.get("device", "")),
         "torch_threads": str(record.environment.get("torch_threads", "")),
+        "code_sandbox": ", ".join(record.environment.get("code_sandbox", [])),
         "variant_key": record.key,
     }
     if record.quant:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from selector.tasks.sandbox import isolation
 from tests.sweep_helpers import ROOT, mlflow_runs, run_selector
 
 
@@ -27,6 +28,7 @@ def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
         assert tags["mlflow.parentRunId"] == parent.info.run_id
         assert tags["selector.status"] == "completed" and child.info.status == "FINISHED"
         assert params["model"] == "tiny" and params["precision"] in ("fp32", "bf16")
+        assert params["code_sandbox"] == ", ".join(isolation())  # the layers that held the code task's programs
         for task in ("sentiment", "extraction", "arithmetic", "code"):
             assert 0.0 <= m[f"accuracy/{task}"] <= 1.0
             assert m[f"accuracy/{task}/ci_low"] <= m[f"accuracy/{task}"] <= m[f"accuracy/{task}/ci_high"]
@@ -40,6 +42,7 @@ def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
     sweep_dir = Path(parent.data.params["sweep_dir"])
     report = json.loads((sweep_dir / "report" / "report.json").read_text())
     assert {r["variant"]["precision"] for r in report["records"]} == {"fp32", "bf16"}
+    assert "- code_sandbox: " + ", ".join(isolation()) in (sweep_dir / "report" / "report.md").read_text()
     # The reference (largest model, highest precision) was evaluated again at another batch size.
     by_precision = {r["variant"]["precision"]: r for r in report["records"]}
     spread = by_precision["fp32"]["config"]["noise_floor"]

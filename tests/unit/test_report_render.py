@@ -200,3 +200,30 @@ def test_no_winner_is_said_plainly(tmp_path: Path) -> None:
     assert "No variant meets the policy" in html and "No variant meets qa &gt;= 70%." in html
     assert 'class="winner-row"' not in html
     assert "**No variant meets the policy.**" in paths["md"].read_text()
+
+
+def test_reproducibility_names_the_code_sandbox_layers_of_the_variants(tmp_path: Path) -> None:
+    records, selection, _ = _minimal()
+    layers = ["rlimits", "process-group", "pid-namespace", "read-only-fs"]
+    records = [r.model_copy(update={"environment": {"cpu": "x", "code_sandbox": layers}}) for r in records]
+    context = {"environment": {"cpu": "x", "python": "3.11"}}  # the sweep's own: it ran no code
+    assert ("code_sandbox", "rlimits, process-group, pid-namespace, read-only-fs") in sections.environment(records,
+                                                                                                          context)
+    paths = write_report(records, selection, context, tmp_path)
+    assert "- code_sandbox: rlimits, process-group, pid-namespace, read-only-fs" in paths["md"].read_text()
+    assert "<dt>code_sandbox</dt><dd>rlimits, process-group, pid-namespace, read-only-fs</dd>" in paths[
+        "html"].read_text()
+
+
+def test_code_sandbox_that_differed_between_machines_is_listed_per_variant() -> None:
+    records, _, _ = _minimal()
+    first, second = records
+    records = [first.model_copy(update={"environment": {"code_sandbox": ["rlimits", "read-only-fs"]}}),
+               second.model_copy(update={"environment": {"code_sandbox": ["rlimits"]}})]
+    env = dict(sections.environment(records, {"environment": {"cpu": "x"}}))
+    assert env["code_sandbox"] == f"rlimits, read-only-fs ({first.name}); rlimits ({second.name})"
+
+
+def test_no_code_sandbox_line_without_a_code_task() -> None:
+    records, _, _ = _minimal()
+    assert "code_sandbox" not in dict(sections.environment(records, {"environment": {"cpu": "x"}}))
