@@ -149,6 +149,21 @@ class MeasureConfig:
 
 
 @dataclass
+class SearchConfig:
+    """How a sweep walks its grid (docs/search.md). adaptive: variants in order of planned weight
+    memory, each stopped as soon as a floor is out of reach (anytime-valid, at level alpha), and
+    variants that cannot beat one already eligible are not measured; grid: every variant, every item."""
+
+    strategy: str = "adaptive"  # adaptive | grid
+    alpha: float = 0.05  # a variant that the full evaluation would accept is stopped early with at most this probability
+    round_size: int = 12  # items per task between two looks at the floors
+    complete: bool = False  # adaptive, but measure every variant (early rejection still applies)
+    prune_margin: float = 0.05  # prune only variants planned this much (relative) above the best measured one
+    workers: Optional[int] = None  # variants run at once (waves); default: the launcher's n_jobs, else 1
+    stop_early: bool = True  # set false by the search for the runs that must see every item (evidence)
+
+
+@dataclass
 class TrackerConfig:
     kind: str = "mlflow"  # mlflow | none
     tracking_uri: Optional[str] = None  # default: sqlite file under the output folder
@@ -184,6 +199,7 @@ class SelectorConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
     experiment: str = "selector"
     output_dir: str = "outputs"
     cache_dir: str = MISSING
@@ -251,6 +267,11 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("measure.throughput.repeats", lambda v: v >= 1, "at least 1"),
     ("measure.throughput.new_tokens", lambda v: v >= 1, "at least 1"),
     ("measure.noise_floor.repeats", lambda v: v >= 0, "0 or more"),
+    ("search.strategy", lambda v: v in ("adaptive", "grid"), "adaptive or grid (search=adaptive|grid)"),
+    ("search.alpha", lambda v: 0 < v < 1, "a probability strictly between 0 and 1"),
+    ("search.round_size", lambda v: v >= 1, "at least 1 item"),
+    ("search.prune_margin", lambda v: v >= 0, "0 or more (a fraction: 0.05 = 5%)"),
+    ("search.workers", lambda v: v >= 1, "at least 1 (or null for the launcher's n_jobs)"),
 )
 
 

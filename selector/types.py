@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
 
-Status = Literal["completed", "failed", "skipped"]
-Stage = Literal["preflight", "load", "quantize", "evaluate", "measure", "log"]
+# stopped: an adaptive search stopped it early, a floor out of reach; not_needed: the search did not
+# measure it (a smaller variant already met every floor).
+Status = Literal["completed", "stopped", "failed", "skipped", "not_needed"]
 
 
 class _Model(BaseModel):
@@ -157,6 +158,19 @@ class ErrorInfo(_Model):
     log_tail: str = ""
 
 
+class SearchInfo(_Model):
+    """How much of the eval set a variant saw, and why it stopped when it did not see it all."""
+
+    strategy: str = "grid"  # adaptive | grid
+    items_evaluated: int = 0
+    items_total: int = 0
+    items_reused: int = 0  # scored by an earlier run with the same evaluation key, not again
+    stopped_by: str = ""  # the decision, in one line, when a floor was found out of reach
+    task: str = ""  # the task whose floor stopped it
+    bound: float | None = None  # the anytime bound on that task's full-set score
+    level: float | None = None  # its simultaneous confidence (1.0: certain)
+
+
 class RunRecord(_Model):
     schema_version: int = SCHEMA_VERSION
     key: str  # stable hash of everything that affects the result
@@ -169,6 +183,7 @@ class RunRecord(_Model):
     memory: MemoryResult | None = None
     quant: QuantInfo | None = None
     fidelity: FidelityResult | None = None
+    search: SearchInfo | None = None
     timings_s: dict[str, float] = Field(default_factory=dict)
     environment: dict[str, Any] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
@@ -195,7 +210,7 @@ class RunRecord(_Model):
 
 # ---- selection output (pure function of RunRecords + policy; rendered by report/) ----
 
-VerdictStatus = Literal["winner", "eligible", "rejected", "failed", "skipped"]
+VerdictStatus = Literal["winner", "eligible", "rejected", "stopped", "failed", "skipped", "not_needed"]
 
 
 class Check(_Model):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # A short, cheap slice of the default eval set: enough to exercise every stage.
-QUICK = ("measure=quick", "evalset.limit=2", "evalset.tasks=[sentiment,arithmetic]")
+QUICK = ("measure=quick", "evalset.limit=2", "evalset.tasks=[sentiment,arithmetic]", "search=grid")
 
 
 def selector_cmd(setup: dict[str, Path], *overrides: str) -> list[str]:

@@ -67,6 +67,14 @@ def _select(args: argparse.Namespace) -> int:
     context = report_context(cfg, state, base, 0.0)
     selection, paths = select_and_report(records, cfg, context, out, samples)
     print_terminal_summary(records, selection)
+    partial = [r for r in records if r.status in ("stopped", "not_needed")]
+    if partial:
+        print("\nPartial evidence: an adaptive search stopped or skipped these under the sweep's own floors; "
+              "under other floors they may pass. Re-run the sweep with the new floors (or search=grid) in the same "
+              "output folder to measure them: only the items not yet scored are scored.")
+        for r in partial:
+            seen = f"{r.search.items_evaluated} of {r.search.items_total} items" if r.search else "not measured"
+            print(f"  {r.name}: {seen} ({r.status.replace('_', ' ')})")
     print(f"\nReport: {paths['html']}")
     return 0
 

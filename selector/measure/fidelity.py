@@ -135,10 +135,18 @@ def _probe_logprobs(model: Any, probes: list[list[int]]) -> Iterator[Any]:
     import torch
 
     device = next(model.parameters()).device
+    # Only the last positions go through the vocabulary projection (Gemma 3's has 262k rows); a
+    # model class without logits_to_keep computes them all and is sliced.
+    keep = {"logits_to_keep": PROBE_POSITIONS}
     with torch.inference_mode():
         for ids in probes:
-            logits = model(input_ids=torch.tensor([ids], device=device)).logits[0, -PROBE_POSITIONS:]
-            yield torch.log_softmax(logits.float(), dim=-1).cpu()
+            input_ids = torch.tensor([ids], device=device)
+            try:
+                logits = model(input_ids=input_ids, **keep).logits
+            except TypeError:
+                keep = {}
+                logits = model(input_ids=input_ids).logits
+            yield torch.log_softmax(logits[0, -PROBE_POSITIONS:].float(), dim=-1).cpu()
 
 
 def reference_from(model: Any, probes: list[list[int]]) -> Reference:

@@ -109,3 +109,17 @@ def plan_row(cfg: SelectorConfig, *, batch: int, context: int, gpu_gib: float | 
     total = est.bytes + kv + act + int(reserve_gib * GIB)
     fits = None if gpu_gib is None else total <= gpu_gib * GIB
     return PlanRow(name, arch.params, est.bytes, kv, act, total, fits, est.layout, arch.source, est.notes)
+
+
+def planned_weight_bytes(cfg: SelectorConfig, device: str) -> tuple[float, str]:
+    """The weight memory the search orders variants by, and where the figure came from: the
+    per-tensor estimate when the architecture is known here, else parameters x bits (rough: it
+    counts embeddings at the quantized width), said so."""
+    from selector.selection.precision import precision_bits
+
+    arch = read_arch(cfg.model, Path(cfg.cache_dir).expanduser())
+    if arch is not None:
+        prequantized = cfg.precision.name in cfg.model.prequantized
+        return float(estimate_weights(arch, cfg.precision, device, prequantized=prequantized).bytes), "estimate"
+    bits = precision_bits(cfg.precision.name, cfg.precision.bits) or 16
+    return cfg.model.params_b * 1e9 * bits / 8, "params x bits (architecture unknown before the first load)"

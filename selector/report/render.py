@@ -44,6 +44,7 @@ def build_view(records: list[RunRecord], selection: Selection, context: dict[str
         "meta": sections.meta(records, context),
         "summary": view.summary(records, selection),
         "variants": view.variant_table(records, selection),
+        "search": sections.search(records, context),
         "plots": all_plots(records, selection) if with_plots else [],
         "paired": sections.paired_table(records, selection),
         "sensitivity": sections.dict_table(selection.sensitivity),

@@ -85,7 +85,7 @@ def failures(records: list[RunRecord]) -> list[dict[str, str]]:
     """Failed and skipped variants, with what happened and where."""
     out = []
     for r in order_records(records):
-        if r.status == "completed":
+        if r.status in ("completed", "stopped", "not_needed"):  # the search section tells those
             continue
         err = r.error
         out.append({
@@ -96,6 +96,39 @@ def failures(records: list[RunRecord]) -> list[dict[str, str]]:
             "log_tail": err.log_tail if err else "",
         })
     return out
+
+
+def search(records: list[RunRecord], context: dict[str, Any]) -> dict[str, Any] | None:
+    """How an adaptive search went: per variant what it saw and why it stopped where it did, and
+    the work it saved against the full grid (None for a grid sweep)."""
+    info = context.get("search") or {}
+    if info.get("strategy") != "adaptive":
+        return None
+    saved = info.get("savings") or {}
+    table = Table(columns=["variant", "outcome", "items scored", "why"])
+    order = {name: i for i, name in enumerate([*info.get("first", []), *info.get("order", [])])}
+    searched = {v["name"]: v["reason"] for v in info.get("verdicts", [])}
+    for r in sorted(records, key=lambda r: order.get(r.name, len(order))):
+        seen = f"{r.search.items_evaluated} of {r.search.items_total}" if r.search else fmt.DASH
+        if r.search and r.search.items_reused:
+            seen += f" ({r.search.items_reused} kept from an earlier run)"
+        why = r.reason
+        if r.status == "completed":
+            why = "every item; " + searched.get(r.name, "judged on the full set")
+        table.rows.append([Cell(r.name, "name"), Cell(r.status.replace("_", " "), f"badge {r.status}"),
+                           Cell(seen, "num"), Cell(why.removeprefix("stopped early: "), "")])
+    table.note = ("Variants in the order the search took them (smallest planned weight memory first). A stopped "
+                  "variant's floor was out of reach with probability at least 1 - alpha over the item order "
+                  "(an anytime-valid bound); see docs/search.md.")
+    return {
+        "table": table,
+        "notes": info.get("notes", []),
+        "line": (f"{saved.get('variants_measured', 0):.0f} of {saved.get('variants', 0):.0f} variants measured, "
+                 f"{saved.get('items_evaluated', 0):.0f} of {saved.get('grid_items', 0):.0f} items scored; the "
+                 f"variants took {fmt.seconds(saved.get('spent_s'))} against about "
+                 f"{fmt.seconds(saved.get('grid_estimate_s'))} for the full grid (an estimate from this sweep's "
+                 "own timings)") if saved else "",
+    }
 
 
 def environment(records: list[RunRecord], context: dict[str, Any]) -> list[tuple[str, str]]:
@@ -154,6 +187,14 @@ def caveats(records: list[RunRecord], context: dict[str, Any]) -> list[str]:
         out.append(CPU_NOTE)
     for note, names in loading_notes(records).items():
         out.append(f"{note} ({', '.join(names)}).")
+    busy = {r.name: r.environment["machine_load"]["other_cpu_share"] for r in records
+            if (r.environment.get("machine_load") or {}).get("busy")}
+    if busy:
+        shares = ", ".join(f"{name} {100 * share:.0f}%" for name, share in busy.items())
+        out.append("The machine was busy: other processes used this share of its CPU while these variants ran "
+                   f"({shares}); their latency and throughput figures are slower than the variant alone would be, "
+                   "and a torch on every core beside another one slows both several-fold. Measure again on a "
+                   "quiet machine, or set threads= so the two do not share cores.")
     return out
 
 

@@ -20,7 +20,7 @@ from selector.report.view import (
 from selector.types import RunRecord, Selection, TaskResult, Verdict
 
 VERDICT_STYLE = {"winner": "bold white on blue", "eligible": "green", "rejected": "dark_orange",
-                 "failed": "bold red", "skipped": "dim"}
+                 "stopped": "dark_orange", "failed": "bold red", "skipped": "dim", "not_needed": "dim"}
 
 
 def _accuracy(result: TaskResult | None, verdict: Verdict | None) -> Text:
@@ -65,7 +65,7 @@ def render_terminal_summary(records: list[RunRecord], selection: Selection) -> R
         reasons = verdict.reasons if verdict else ([r.reason] if r.reason else [])
         table.add_row(
             Text(r.name, style="bold" if status == "winner" else ""),
-            Text(f" {status}{rank} ", style=VERDICT_STYLE.get(status, "")),
+            Text(f" {status.replace('_', ' ')}{rank} ", style=VERDICT_STYLE.get(status, "")),
             *(_accuracy(r.tasks.get(t), verdict) for t in tasks),
             Text(fmt.gigabytes(r.memory.weight_bytes if r.memory else None)),
             Text(fmt.millis(lat.e2e_ms.p50 if lat else None)),

@@ -211,7 +211,8 @@ def summary(records: list[RunRecord], selection: Selection) -> dict[str, Any]:
     by_name = {r.name: r for r in records}
     winner = by_name.get(selection.winner) if selection.winner else None
     reference = by_name.get(selection.reference) if selection.reference else None
-    counts = {s: sum(1 for r in records if r.status == s) for s in ("completed", "failed", "skipped")}
+    counts = {s: sum(1 for r in records if r.status == s)
+              for s in ("completed", "stopped", "not_needed", "failed", "skipped")}
     return {
         "winner": selection.winner,
         "reference": selection.reference,

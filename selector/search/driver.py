@@ -187,8 +187,8 @@ class SearchDriver:
             if state.status == "pending" and state.candidate.planned > ceiling:
                 state.status = "pruned"
                 state.reason = (f"not needed: {best.candidate.name} already meets every floor and is smaller "
-                                f"(planned {state.candidate.planned:.4g} > {best.measured:.4g} measured "
-                                f"x {1 + self.prune_margin:g})")  # fmt: skip
+                                f"(planned {_gb(state.candidate.planned)} > {_gb(best.measured)} measured "
+                                f"+ {100 * self.prune_margin:g}%)")  # fmt: skip
 
     def _evidence_needed(self) -> str | None:
         """The best candidate's baseline, when it has not seen every item; None otherwise."""
@@ -230,6 +230,11 @@ class SearchDriver:
             "items": sum(s.items for s in states),
             **{status: sum(s.status == status for s in states) for status in STATUSES},
         }
+
+
+def _gb(n_bytes: float | None) -> str:
+    """Weight memory (the prunable objective) as people read it."""
+    return "?" if n_bytes is None else f"{n_bytes / 1e9:.3g} GB"
 
 
 def search_order(candidates: Iterable[Candidate], tie_tolerance: float) -> list[Candidate]:

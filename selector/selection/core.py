@@ -19,7 +19,7 @@ from selector.types import RunRecord, Selection, Verdict
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0
-_STATUS_ORDER = {"winner": 0, "eligible": 1, "rejected": 2, "failed": 3, "skipped": 4}
+_STATUS_ORDER = {"winner": 0, "eligible": 1, "rejected": 2, "stopped": 3, "failed": 4, "skipped": 5, "not_needed": 6}
 
 
 def select(

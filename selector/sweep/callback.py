@@ -71,6 +71,7 @@ class SweepCallback(Callback):
         if stale:
             log.info("marked %d interrupted variant run(s) of an earlier attempt as KILLED", stale)
         base.mkdir(parents=True, exist_ok=True)
+        reference = preflight.reference_variant(planned)
         state = {
             # The sweep's own resolved config: the end of the sweep selects with ITS policy, whatever
             # the (possibly reused) records were measured under.
@@ -79,8 +80,9 @@ class SweepCallback(Callback):
             "sweep_key": skey,
             "tracking_uri": tracker.uri,
             "started_at": self.t0,
-            "reference": preflight.reference_variant(planned),
-            "variants": [{"name": p.name, "key": p.key, "available": p.available, "reason": p.reason} for p in planned],
+            "reference": reference,
+            "reference_evaluation_key": next((p.evaluation_key for p in planned if p.name == reference), None),
+            "variants": [p.describe() for p in planned],
         }
         write_state(base, state)
         log.info("sweep of %d variants; MLflow %s, parent run %s", len(planned), tracker.uri, parent)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from selector.config import SelectorConfig
+from selector.sweep.searched import not_needed_records, savings, summary_line
 from selector.sweep.state import read_state
 from selector.types import RunRecord, SampleRecord, Selection
 
@@ -54,12 +55,18 @@ def finish_sweep(base: Path, wall_s: float) -> None:
     from selector.trackers import make_tracker
 
     state = read_state(base)
+    adaptive = (state.get("search") or {}).get("strategy") == "adaptive"
+    if adaptive:
+        not_needed_records(state, base)  # written to their job folders, gathered with the rest
     records = gather_records(base)
     if not records:
         log.warning("no variant records under %s: nothing to select from", base)
         return
     cfg = sweep_config(state, records)
     context = report_context(cfg, state, base, wall_s)
+    saved = savings(records, state) if adaptive else None
+    if saved:
+        context["search"] = {**state["search"], "savings": saved}
     from selector.report.samples import load_samples
 
     selection, paths = select_and_report(records, cfg, context, base / "report", load_samples(base))
@@ -69,14 +76,20 @@ def finish_sweep(base: Path, wall_s: float) -> None:
         "sweep/completed": sum(r.status == "completed" for r in records),
         "sweep/failed": sum(r.status == "failed" for r in records),
         "sweep/skipped": sum(r.status == "skipped" for r in records),
+        "sweep/stopped": sum(r.status == "stopped" for r in records),
+        "sweep/not_needed": sum(r.status == "not_needed" for r in records),
         "sweep/wall_s": wall_s,
+        **({f"search/{k}": v for k, v in saved.items()} if saved else {}),
         **_memory_metrics(records),
     }
     tags = {"selector.status": "completed", "selector.winner": selection.winner or "none",
+            "selector.search": (state.get("search") or {}).get("strategy", "grid"),
             "mlflow.note.content": selection.summary}
     tracker.finish_sweep(state.get("parent_run_id"), metrics, tags, list(paths.values()))
     _log_flips(tracker, records, selection)
     print_terminal_summary(records, selection)
+    if saved:
+        print("\n" + summary_line(saved))
     print(f"\nReport: {paths['html']}\n        {paths['md']}\n        {paths['json']}")
     hint = tracker.ui_hint(state.get("parent_run_id"), [r.mlflow_run_id for r in records if r.mlflow_run_id])
     if hint:

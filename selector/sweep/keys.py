@@ -22,24 +22,36 @@ def digest(obj: Any, length: int = 16) -> str:
     return hashlib.sha256(blob).hexdigest()[:length]
 
 
-def variant_key(cfg: SelectorConfig, evalset_hash: str) -> str:
+def calibrates(cfg: SelectorConfig) -> bool:
+    """Does this variant quantize from calibration data (so the calibration can change its scores)?"""
+    return cfg.precision.backend in ("gptqmodel", "llmcompressor") and cfg.precision.name not in cfg.model.prequantized
+
+
+def evaluation_key(cfg: SelectorConfig, evalset_hash: str) -> str:
+    """What can change an item's score: the model, its precision (and calibration), the eval set,
+    the engine, device, seed, threads and library versions. Not what only changes a measurement
+    (latency, load tests, serving knobs, the policy, the search), so those share scored items."""
     d = to_dict(cfg)
     versions = library_versions()
-    quantizes = cfg.precision.backend in ("gptqmodel", "llmcompressor")
     material = {
         "model": {k: v for k, v in d["model"].items() if k != "notes"},
         "precision": {k: v for k, v in d["precision"].items() if k != "description"},
-        "calibration": d["calibration"] if quantizes else None,
+        "calibration": d["calibration"] if calibrates(cfg) else None,
         "evalset": {"hash": evalset_hash, "tasks": d["evalset"]["tasks"], "limit": d["evalset"]["limit"]},
         "engine": d["engine"],
-        "measure": d["measure"],
         "device": cfg.device,
         "seed": cfg.seed,
         "threads": cfg.threads,
-        "baseline": cfg.baseline_precision,
         "versions": {k: versions.get(k) for k in RESULT_LIBRARIES},
     }
     return digest(material)
+
+
+def variant_key(cfg: SelectorConfig, evalset_hash: str) -> str:
+    """Everything that can change a variant's record: its evaluation, and how it is measured."""
+    d = to_dict(cfg)
+    return digest({"evaluation": evaluation_key(cfg, evalset_hash), "measure": d["measure"],
+                   "baseline": cfg.baseline_precision})
 
 
 def sweep_key(experiment: str, variant_keys: list[str], policy: dict[str, Any]) -> str:

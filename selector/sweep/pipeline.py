@@ -15,6 +15,8 @@ from typing import Iterator
 
 from selector.config import SelectorConfig, to_dict
 from selector.errors import UnavailableError
+from selector.measure.contention import CpuShare
+from selector.sweep import evaluation
 from selector.sweep.faults import maybe_inject
 from selector.sweep.jobfiles import JobFiles, now, variant_of
 from selector.types import ErrorInfo, PerfResult, RunRecord, SampleRecord
@@ -34,12 +36,14 @@ def resolve_device(name: str) -> str:
 
 class VariantRun:
     def __init__(self, cfg: SelectorConfig, key: str, job_dir: Path, is_reference: bool = False,
-                 searchpath: tuple[str, ...] = ()) -> None:
+                 searchpath: tuple[str, ...] = (), reference_key: str | None = None) -> None:
         self.cfg, self.key, self.is_reference, self.searchpath = cfg, key, is_reference, searchpath
+        self.reference_key = reference_key  # the reference variant's evaluation key (non_inferiority)
         self.files = JobFiles(job_dir)
         self.variant = variant_of(cfg)
         self.record = RunRecord(key=key, variant=self.variant, status="failed", config=to_dict(cfg), started_at=now())
         self.stage = "preflight"
+        self.decision = None  # set when adaptive search finds a floor out of reach
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
@@ -56,7 +60,9 @@ class VariantRun:
     def run(self) -> RunRecord:
         try:
             self._run()
-            self.record.status = "completed"
+            self.record.status = "stopped" if self.decision is not None else "completed"
+            if self.decision is not None:
+                self.record.reason = f"stopped early: {self.decision.reason}"
         except UnavailableError as e:
             self.record.status, self.record.reason = "skipped", str(e)
             log.warning("skipped %s: %s", self.variant.name, e)
@@ -96,12 +102,21 @@ class VariantRun:
 
             # generated code runs here, and how well it is contained depends on this machine's kernel
             self.record.environment["code_sandbox"] = list(isolation())
+        self._prepare_evaluation(tasks)
+        self.decision = evaluation.decide_from_store(self.stopper, evaluation.evaluation_orders(tasks, cfg.seed),
+                                                     {t.name: self.store.load(t.name) for t in tasks}, self.reference,
+                                                     cfg.search.round_size)
+        if self.decision is not None:  # the items already scored settle it: no model needs to load
+            self._evaluate(None, tasks)
+            return
         with self.timed("load"):
             resolved, loaded = self._materialize(backend, device, tasks)
-        if cfg.engine.kind == "openai":
-            self._run_served(resolved, loaded, tasks, device)
-        else:
-            self._run_inprocess(resolved, loaded, tasks, device)
+        with CpuShare() as share:  # another busy process on the machine slows every figure down
+            if cfg.engine.kind == "openai":
+                self._run_served(resolved, loaded, tasks, device)
+            else:
+                self._run_inprocess(resolved, loaded, tasks, device)
+        self.record.environment["machine_load"] = share.as_dict()
 
     def _check_available(self, device: str):  # type: ignore[no-untyped-def]
         from selector.precisions import get_backend
@@ -145,6 +160,9 @@ class VariantRun:
         engine = HFEngine(loaded.model, loaded.tokenizer, cfg.engine.batch_size, cfg.engine.max_batch_tokens)
         with self.timed("evaluate"):
             self._evaluate(engine, tasks)
+        if self.decision is not None:  # stopped early: what it weighs, and nothing else to measure
+            self._measure_memory(resolved, loaded, device)
+            return
         if self.is_reference and cfg.measure.noise_floor.repeats > 0:
             with self.timed("noise_floor"):
                 self._noise_floor(loaded, tasks)
@@ -187,6 +205,8 @@ class VariantRun:
                     threads=cfg.threads))
             with self.timed("evaluate"):
                 self._evaluate(served.engine, tasks)
+            if self.decision is not None:
+                return
             with self.timed("measure"):
                 self.record.perf = PerfResult(device=device)
                 if cfg.measure.load.enabled:
@@ -207,31 +227,80 @@ class VariantRun:
                 "in-process engine runs this checkpoint format unpacked; a server with a packed kernel for it "
                 "(such as vLLM) keeps it packed")
 
+    def _prepare_evaluation(self, tasks) -> None:  # type: ignore[no-untyped-def]
+        """The item store of this variant's evaluation key, and the floors' tests when it may stop early."""
+        from selector.search.sequential import floor_tests_for_policy
+        from selector.sweep.keys import evaluation_key
+        from selector.tasks import evalset_hash
+
+        cfg = self.cfg
+        key = evaluation_key(cfg, evalset_hash(tasks))
+        self.record.config["evaluation_key"] = key
+        self.store = evaluation.ItemStore(cfg.output_dir, key)
+        self.stopper, self.reference = None, None
+        if cfg.search.strategy != "adaptive" or not cfg.search.stop_early:
+            return
+        specs = evaluation.task_specs(tasks)
+        reference_tasks = () if self.is_reference else None  # the reference passes non-inferiority to itself
+        self.stopper = floor_tests_for_policy(cfg.policy, specs, cfg.search.alpha, cfg.search.round_size,
+                                              non_inferiority_tasks=reference_tasks)
+        if cfg.policy.rule == "non_inferiority" and not self.is_reference:
+            self.reference = self._reference_scores(tasks)
+
+    def _reference_scores(self, tasks) -> dict[str, list[float]] | None:  # type: ignore[no-untyped-def]
+        """The reference variant's scores in evaluation order, for the non-inferiority tests."""
+        if not self.reference_key:
+            raise UnavailableError("adaptive search under the non_inferiority rule needs the reference's scores, "
+                                   "and this sweep names no reference")
+        store = evaluation.ItemStore(self.cfg.output_dir, self.reference_key)
+        seen = {t.name: store.load(t.name) for t in tasks}
+        return evaluation.prefix_scores(evaluation.evaluation_orders(tasks, self.cfg.seed), seen)
+
     def _evaluate(self, engine, tasks) -> None:  # type: ignore[no-untyped-def]
+        """Score the items (reusing stored ones), in rounds when the search may stop early."""
         from tqdm.auto import tqdm
+
+        from selector.tasks.evaluate import summarize
+
+        cfg = self.cfg
+        total = sum(len(t.items) for t in tasks)
+        with tqdm(total=total, desc=f"evaluate {self.variant.name}", unit="item", disable=engine is None) as bar:
+
+            def score(task, ids: list[str]) -> list[SampleRecord]:  # type: ignore[no-untyped-def]
+                return self._score_items(engine, task, ids, bar)
+
+            round_size = cfg.search.round_size if self.stopper is not None else None
+            outcome = evaluation.run(tasks, self.store, score, seed=cfg.seed, round_size=round_size,
+                                     stopper=self.stopper, reference=self.reference, strategy=cfg.search.strategy)
+        by_name = {t.name: t for t in tasks}
+        with self.files.samples.open("w") as sink:
+            for name, samples in outcome.samples.items():
+                sink.write("".join(r.model_dump_json() + "\n" for r in samples.values()))
+                if samples:
+                    result = summarize(by_name[name], {i: r.score for i, r in samples.items()}, cfg.policy.confidence)
+                    self.record.tasks[name] = result
+                    log.info("%s %s: %.3f [%.3f, %.3f] n=%d", self.variant.name, name, result.value, result.ci_low,
+                             result.ci_high, result.n)
+        self.files.write_partial_tasks(self.record.tasks)
+        self.record.search = outcome.info
+        self.decision = outcome.decision
+        if outcome.decision is not None:
+            log.info("%s stopped after %d of %d items: %s", self.variant.name, outcome.info.items_evaluated,
+                     outcome.info.items_total, outcome.decision.reason)
+
+    def _score_items(self, engine, task, ids: list[str], bar) -> list[SampleRecord]:  # type: ignore[no-untyped-def]
+        import dataclasses
 
         from selector.tasks import evaluate_task
 
-        total = sum(len(t.items) for t in tasks)
-        with self.files.samples.open("w") as sink, tqdm(total=total, desc=f"evaluate {self.variant.name}", unit="item") as bar:
-
-            def on_sample(rec: SampleRecord) -> None:
-                sink.write(rec.model_dump_json() + "\n")
-                sink.flush()
-
-            for task in tasks:
-                result, _ = evaluate_task(
-                    engine,
-                    task,
-                    model_name=self.cfg.model.name,
-                    model_prompt_style=self.cfg.model.prompt_style,
-                    confidence=self.cfg.policy.confidence,
-                    on_sample=on_sample,
-                    progress=bar.update,
-                )
-                self.record.tasks[task.name] = result
-                self.files.write_partial_tasks(self.record.tasks)
-                log.info("%s %s: %.3f [%.3f, %.3f] n=%d", self.variant.name, task.name, result.value, result.ci_low, result.ci_high, result.n)
+        if engine is None:
+            raise AssertionError("items left to score but no model was loaded")
+        wanted = set(ids)
+        subset = dataclasses.replace(task, items=[item for item in task.items if item.id in wanted])
+        _, samples = evaluate_task(engine, subset, model_name=self.cfg.model.name,
+                                   model_prompt_style=self.cfg.model.prompt_style,
+                                   confidence=self.cfg.policy.confidence, progress=bar.update)
+        return samples
 
     def _noise_floor(self, loaded, tasks) -> None:  # type: ignore[no-untyped-def]
         """Score spread per task across evaluations that differ only in batch size (padding and

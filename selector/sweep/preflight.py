@@ -16,8 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from selector.config import SelectorConfig, validate
 from selector.errors import ConfigError, UserError
-from selector.sweep.availability import availability
-from selector.sweep.keys import sweep_key, variant_key
+from selector.plan.estimate import planned_weight_bytes
+from selector.sweep.availability import availability, planned_device
+from selector.sweep.keys import evaluation_key, sweep_key, variant_key
 
 
 @dataclass
@@ -27,6 +28,19 @@ class PlannedVariant:
     key: str
     available: bool
     reason: str
+    evaluation_key: str = ""
+    planned_bytes: float = 0.0  # weight memory the search orders by (plan's estimate)
+
+    def describe(self) -> dict[str, Any]:
+        """What the sweep's state keeps of it (sweep.json), for the jobs, the search and the end."""
+        from selector.sweep.keys import calibrates
+
+        return {"name": self.name, "key": self.key, "evaluation_key": self.evaluation_key,
+                "overrides": self.overrides, "available": self.available, "reason": self.reason,
+                "model": self.cfg.model.name, "family": self.cfg.model.family,
+                "params": int(self.cfg.model.params_b * 1e9), "planned_bytes": self.planned_bytes,
+                "needs_quantization": calibrates(self.cfg),
+                "is_baseline": self.cfg.precision.name == self.cfg.baseline_precision}
 
     @property
     def name(self) -> str:
@@ -112,7 +126,9 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
         notices = notices or found
         _, ehash = load_tasks(cfg)
         ok, why = availability(cfg)
-        planned.append(PlannedVariant(cfg, overrides, variant_key(cfg, ehash), ok, why))
+        planned_bytes, _ = planned_weight_bytes(cfg, planned_device(cfg))
+        planned.append(PlannedVariant(cfg, overrides, variant_key(cfg, ehash), ok, why,
+                                      evaluation_key(cfg, ehash), planned_bytes))
     if not planned:
         raise UserError("the sweep has no variants: check hydra.sweeper.params and your overrides")
     policy_notices(planned[0].cfg, notices)

@@ -56,7 +56,7 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     try:
         if ok:
             record = run_variant(cfg, key, job_dir, extra, is_reference=state.get("reference") == name,
-                                 searchpath=tuple(hc.searchpath))
+                                 searchpath=tuple(hc.searchpath), reference_key=state.get("reference_evaluation_key"))
         else:
             record = bare_record(cfg, key, "skipped", why)
             record.config.update(extra)

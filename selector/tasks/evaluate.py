@@ -55,27 +55,25 @@ def evaluate_task(
         if on_sample is not None:
             on_sample(record)
 
-    values = [s.value for s in scored]
+    return summarize(task, {r.id: r.score for r in records}, confidence), records
+
+
+def summarize(task: Task, item_scores: dict[str, float], confidence: float = 0.95) -> TaskResult:
+    """A task's result over the items scored so far (all of them, or the prefix an adaptive search
+    evaluated): the mean with its interval (Wilson for 0/1 scores, bootstrap otherwise)."""
+    metric = get_metric(task.metric)
+    values = list(item_scores.values())
     n = len(values)
-    mean = sum(values) / n
+    if n == 0:
+        raise ValueError(f"task {task.name}: no scored items to summarize")
     if metric.binary:
         low, high = wilson_interval(sum(values), n, confidence)
         method = "wilson"
     else:
         low, high = bootstrap_interval(values, confidence)
         method = "bootstrap"
-    result = TaskResult(
-        task=task.name,
-        metric=task.metric,
-        value=mean,
-        ci_low=low,
-        ci_high=high,
-        n=n,
-        higher_is_better=metric.higher_is_better,
-        ci_method=method,
-        item_scores={item.id: s.value for item, s in zip(task.items, scored)},
-    )
-    return result, records
+    return TaskResult(task=task.name, metric=task.metric, value=sum(values) / n, ci_low=low, ci_high=high, n=n,
+                      higher_is_better=metric.higher_is_better, ci_method=method, item_scores=dict(item_scores))
 
 
 def _generate(

@@ -54,6 +54,10 @@ def record_metrics(record: RunRecord) -> dict[str, float]:
         m[f"n/{name}"] = t.n
     if record.tasks:
         m["accuracy/mean"] = sum(t.value for t in record.tasks.values()) / len(record.tasks)
+    if record.search:
+        m["search/items_evaluated"] = record.search.items_evaluated
+        m["search/items_total"] = record.search.items_total
+        m["search/items_reused"] = record.search.items_reused
     perf = record.perf
     if perf and perf.latency:
         for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
@@ -110,6 +114,9 @@ def record_tags(record: RunRecord) -> dict[str, str]:
         "selector.variant_key": record.key,
         **({"selector.reason": record.reason[:5000]} if record.reason else {}),
         **({"selector.failed_stage": record.error.stage} if record.error else {}),
+        # stopped early by adaptive search: the floor that was out of reach, not a failure
+        **({"selector.search": record.search.strategy} if record.search else {}),
+        **({"selector.stopped_by": record.search.stopped_by[:5000]} if record.search and record.search.stopped_by else {}),
     }
 
 

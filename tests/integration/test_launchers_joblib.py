@@ -70,7 +70,7 @@ def test_two_variants_run_at_once_each_on_its_own_gpu(tmp_path: Path) -> None:
     write_model_config(tmp_path / "conf", "tiny", build_tiny_llama(tmp_path / "tiny-model"))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"output_dir={out}",
-           f"cache_dir={tmp_path / 'cache'}", "model=tiny", "precision=fp32,bf16", "measure=quick",
+           f"cache_dir={tmp_path / 'cache'}", "model=tiny", "precision=fp32,bf16", "measure=quick", "search=grid",
            "evalset.limit=2", "threads=1", "device=cpu", "hydra/launcher=joblib_gpus"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
                           env={**os.environ, "SELECTOR_GPUS": "4,6"})

@@ -86,7 +86,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def run_sweep(tiny: dict[str, Path], out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
     cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tiny['conf']}]", f"output_dir={out}",
-           f"cache_dir={tiny['cache']}", "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=2",
+           f"cache_dir={tiny['cache']}", "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=2", "search=grid",
            "threads=1", *extra]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,

@@ -35,7 +35,7 @@ def test_sbatch_script_asks_for_what_the_config_says(tmp_path: Path) -> None:
     copy = tmp_path / "submission.sh"
     cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
            f"output_dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}", "model=tiny",
-           "precision=fp32,bf16,fp16", "evalset.limit=2", "hydra/launcher=slurm",
+           "precision=fp32,bf16,fp16", "evalset.limit=2", "search=grid", "hydra/launcher=slurm",
            "hydra.launcher.partition=gpu-a100", "hydra.launcher.account=proj42", "hydra.launcher.timeout_min=90",
            "hydra.launcher.array_parallelism=2", "hydra.launcher.constraint=a100|h100"]
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_SBATCH_COPY": str(copy)}

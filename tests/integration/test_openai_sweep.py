@@ -29,7 +29,7 @@ def test_sweep_serves_evaluates_and_load_tests_through_a_server(tmp_path: Path) 
         sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
         f"output_dir={out}", f"cache_dir={tmp_path / 'cache'}", "model=tiny", "precision=fp32",
         "engine=openai-transformers", "engine.ready_timeout_s=300", "measure=load-quick",
-        "evalset.tasks=[arithmetic,extraction]", "evalset.limit=3", "+measure.load.slo.e2e_ms=600000",
+        "evalset.tasks=[arithmetic,extraction]", "evalset.limit=3", "search=grid", "measure.load.slo.e2e_ms=600000",
     ]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]

@@ -18,7 +18,7 @@ def test_smollm2_bf16_and_int8(tmp_path: Path) -> None:
     cache = Path(os.environ.get("SELECTOR_CACHE", Path.home() / ".cache" / "selector"))
     setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": cache}
     (tmp_path / "conf").mkdir()
-    result = run_selector(setup, "model=smollm2-135m", "precision=bf16,int8", "measure=quick",
+    result = run_selector(setup, "model=smollm2-135m", "precision=bf16,int8", "measure=quick", "search=grid",
                           "evalset.limit=8", "evalset.tasks=[sentiment,extraction,arithmetic]", timeout=1800)
     assert result.returncode == 0, result.stderr[-4000:]
     parents, children = mlflow_runs(setup["out"])

@@ -15,7 +15,7 @@ from tests.sweep_helpers import ROOT, mlflow_runs, run_selector
 
 
 def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
-    first = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=3",
+    first = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=3", "search=grid",
                          "measure.noise_floor.repeats=1")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-5000:]
 
@@ -57,7 +57,7 @@ def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
 
     # Same sweep again: every variant is already measured, so nothing runs and MLflow still
     # holds exactly one completed child per variant.
-    again = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=3",
+    again = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=3", "search=grid",
                          "measure.noise_floor.repeats=1")
     assert again.returncode == 0, again.stderr[-5000:]
     assert "already measured" in again.stdout + again.stderr

@@ -76,7 +76,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def run_selector(tiny: dict[str, Path], out: Path, *overrides: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tiny['conf']}]", f"output_dir={out}",
-           f"cache_dir={tiny['cache']}", "model=tiny", "measure=quick", "evalset.limit=2", *overrides]
+           f"cache_dir={tiny['cache']}", "model=tiny", "measure=quick", "evalset.limit=2", "search=grid", *overrides]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
 
 

@@ -80,7 +80,7 @@ def test_winner_tiles_compare_with_the_reference() -> None:
     assert tiles["weight memory"]["sub"] == f"{share:.0%} of the reference"
     assert tiles["arithmetic"]["value"] == f"{winner.tasks['arithmetic'].value * 100:.1f}%"
     assert tiles["arithmetic"]["sub"].endswith("\nfloor 60%")
-    assert summary["counts"] == {"completed": 10, "failed": 1, "skipped": 1}
+    assert summary["counts"] == {"completed": 10, "stopped": 0, "not_needed": 0, "failed": 1, "skipped": 1}
 
 
 @pytest.mark.parametrize(("notes", "device", "expect_gguf", "expect_cpu"), [

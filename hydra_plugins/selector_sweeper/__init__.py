@@ -1,0 +1,1 @@
+"""selector's Hydra sweeper plugin (Hydra looks for plugins under the hydra_plugins namespace)."""

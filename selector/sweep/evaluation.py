@@ -1,0 +1,144 @@
+"""A variant's evaluation, item by item, kept and resumable; in rounds when the search may stop it.
+
+Every scored item is appended to the output folder's item store, keyed by the variant's
+evaluation key (everything that can change a score, nothing that only changes a measurement), so
+a later run of the same variant, in this sweep or another (a grid after an adaptive search, a
+lower floor, another serving knob), scores only the items it does not have yet.
+
+Adaptive search (docs/search.md): each task's items are taken in one seeded order (the same for
+every variant, so prefixes pair up item by item), `round_size` more of every task per round, and
+after each round the floors are tested with an anytime-valid bound (selector.search.sequential).
+The grid scores every item of a task in one call, which batches best.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from selector.types import SampleRecord, SearchInfo
+
+Evaluate = Callable[[Any, list[str]], list[SampleRecord]]  # (task, item ids) -> scored samples
+
+
+class ItemStore:
+    """Scored items of one evaluation key: <output>/evaluations/<key>/<task>.jsonl."""
+
+    def __init__(self, output_dir: str | Path, evaluation_key: str) -> None:
+        self.dir = Path(output_dir) / "evaluations" / evaluation_key
+        self.lock = FileLock(str(self.dir) + ".lock", timeout=600)
+
+    def load(self, task: str) -> dict[str, SampleRecord]:
+        path = self.dir / f"{task}.jsonl"
+        if not path.exists():
+            return {}
+        found = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = SampleRecord.model_validate(json.loads(line))
+            except ValueError:  # a line cut short by a crash: that item is scored again
+                continue
+            found[record.id] = record
+        return found
+
+    def append(self, task: str, records: list[SampleRecord]) -> None:
+        if not records:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with self.lock, (self.dir / f"{task}.jsonl").open("a", encoding="utf-8") as out:
+            out.write("".join(r.model_dump_json() + "\n" for r in records))
+
+
+@dataclass
+class Outcome:
+    samples: dict[str, dict[str, SampleRecord]]  # task -> item id -> sample, the items this variant saw
+    info: SearchInfo
+    decision: Any = None  # selector.search.sequential.Decision, when a floor stopped the variant
+
+
+def _cost(task: Any) -> tuple[int, int]:
+    """Rough cost of a task's items: scoring choices is one forward pass, generation is many."""
+    return (task.type == "generate", task.max_new_tokens if task.type == "generate" else 0)
+
+
+def evaluation_orders(tasks: list[Any], seed: int) -> dict[str, list[str]]:
+    """Each task's item ids in the seeded order adaptive search scores them."""
+    from selector.search.sequential import evaluation_order
+
+    return {t.name: [t.items[i].id for i in evaluation_order(len(t.items), seed, t.name)] for t in tasks}
+
+
+def task_specs(tasks: list[Any]) -> dict[str, Any]:
+    from selector.search.sequential import TaskSpec
+    from selector.tasks import get_metric
+
+    return {t.name: TaskSpec(len(t.items), get_metric(t.metric).higher_is_better, get_metric(t.metric).binary)
+            for t in tasks}
+
+
+def prefix_scores(order: dict[str, list[str]], seen: dict[str, dict[str, SampleRecord]]) -> dict[str, list[float]]:
+    """Per task, the scores of the longest run of items from the start of its order that was scored."""
+    out = {}
+    for task, ids in order.items():
+        scores = []
+        for item in ids:
+            if item not in seen[task]:
+                break
+            scores.append(seen[task][item].score)
+        out[task] = scores
+    return out
+
+
+def decide_from_store(stopper: Any, order: dict[str, list[str]], seen: dict[str, dict[str, SampleRecord]],
+                      reference: dict[str, list[float]] | None, round_size: int) -> Any:
+    """A rejection from what is already stored, before any model loads (None: the items stored do
+    not settle it). Only whole rounds count, so `run` reaches the same decision at the same look."""
+    if stopper is None:
+        return None
+    scores = {}
+    for task, values in prefix_scores(order, seen).items():
+        whole = len(values) if len(values) == len(order[task]) else len(values) // round_size * round_size
+        scores[task] = values[:whole]
+    return stopper.check(scores, reference)
+
+
+def run(tasks: list[Any], store: ItemStore, evaluate: Evaluate, *, seed: int, round_size: int | None,
+        stopper: Any = None, reference: dict[str, list[float]] | None = None, strategy: str = "grid") -> Outcome:
+    """Score the variant's items, reusing stored ones: in rounds of `round_size` items per task
+    with a look at the floors after each (stopper), or every item at once (round_size None)."""
+    order = evaluation_orders(tasks, seed)
+    seen = {t.name: store.load(t.name) for t in tasks}
+    stored = {name: set(items) for name, items in seen.items()}  # scored by an earlier run
+    by_name = {t.name: t for t in tasks}
+    longest = max(len(ids) for ids in order.values())
+    looks = range(round_size, longest + round_size, round_size) if round_size and stopper else [longest]
+    decision = None
+    used = {name: 0 for name in order}  # items of each task's order this variant has seen
+    for look in looks:
+        for name in sorted(order, key=lambda n: _cost(by_name[n])):  # the cheap tasks' floors first
+            ids = order[name]
+            wanted = ids[:look]
+            missing = [i for i in wanted if i not in seen[name]]
+            if missing:
+                fresh = evaluate(by_name[name], missing)
+                store.append(name, fresh)
+                seen[name].update((r.id, r) for r in fresh)
+            used[name] = len(wanted)
+            if stopper is not None:  # a task's look is its own: test as soon as its round is in
+                decision = stopper.check(prefix_scores({n: i[: used[n]] for n, i in order.items()}, seen), reference)
+                if decision is not None:
+                    break
+        if decision is not None:
+            break
+    samples = {name: {i: seen[name][i] for i in ids[: used[name]]} for name, ids in order.items()}
+    info = SearchInfo(strategy=strategy, items_evaluated=sum(used.values()),
+                      items_total=sum(len(ids) for ids in order.values()),
+                      items_reused=sum(len(stored[n] & set(ids[: used[n]])) for n, ids in order.items()))
+    if decision is not None:
+        info.stopped_by, info.task, info.bound, info.level = decision.reason, decision.task, decision.bound, decision.level
+    return Outcome(samples, info, decision)

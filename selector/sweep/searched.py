@@ -1,0 +1,79 @@
+"""What an adaptive search did, as the end of the sweep reports it: a record for every variant it
+did not measure (with the reason), and the work it saved against the full grid.
+
+The grid's cost is an estimate from the same sweep's own timings: a stopped variant's evaluation
+scaled to all its items, and a variant never loaded at the mean cost of the measured variants of
+its model (else of all, in proportion to planned weight memory). It is labelled as an estimate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from selector.types import RunRecord, Variant
+
+PRUNED = "pruned"  # the driver's word; the record's status is "not_needed"
+
+
+def not_needed_records(state: dict[str, Any], base: Path) -> list[RunRecord]:
+    """A record for each variant the search pruned, written to its job folder so that `select
+    --from` and the report see it like any other variant."""
+    search = state.get("search") or {}
+    planned = {v["name"]: v for v in state.get("variants", [])}
+    out = []
+    for verdict in search.get("verdicts", []):
+        if verdict["status"] != PRUNED or verdict["name"] not in planned:
+            continue
+        v = planned[verdict["name"]]
+        model, precision = v["name"].split("/", 1)
+        record = RunRecord(key=v["key"], variant=Variant(model=model, precision=precision, family=v.get("family", ""),
+                                                         params=int(v.get("params", 0))),
+                           status="not_needed", reason=verdict["reason"], config=state.get("config", {}))
+        record.save(base / model / precision / "record.json")
+        out.append(record)
+    return out
+
+
+def _cost(record: RunRecord) -> float:
+    return sum(v for k, v in record.timings_s.items() if k != "quantize")  # quantize is inside load
+
+
+def savings(records: list[RunRecord], state: dict[str, Any]) -> dict[str, float]:
+    """Items and seconds spent against the grid's (estimated) items and seconds."""
+    planned = {v["name"]: v for v in state.get("variants", [])}
+    measured = [r for r in records if r.status in ("completed", "stopped")]
+    total_items = sum(r.search.items_total for r in measured if r.search)
+    per_variant_items = total_items / len(measured) if measured else 0.0
+    spent = sum(_cost(r) for r in measured)
+    full = [r for r in records if r.status == "completed"]
+    grid = 0.0
+    for r in records:
+        if r.status == "completed":
+            grid += _cost(r)
+        elif r.status == "stopped" and r.search and r.search.items_evaluated:
+            evaluate = r.timings_s.get("evaluate", 0.0)
+            grid += _cost(r) - evaluate + evaluate * r.search.items_total / r.search.items_evaluated
+            same = [f for f in full if f.variant.model == r.variant.model] or full
+            if same:  # what a full run adds after evaluation (fidelity, latency)
+                grid += sum(f.timings_s.get("fidelity", 0.0) + f.timings_s.get("measure", 0.0) for f in same) / len(same)
+        elif r.status == "not_needed":
+            same = [f for f in full if f.variant.model == r.variant.model]
+            if same:
+                grid += sum(_cost(f) for f in same) / len(same)
+            elif full:
+                per_byte = sum(_cost(f) for f in full) / sum(planned.get(f.name, {}).get("planned_bytes", 1.0) for f in full)
+                grid += per_byte * planned.get(r.name, {}).get("planned_bytes", 0.0)
+    items_evaluated = sum(r.search.items_evaluated for r in measured if r.search)
+    grid_items = total_items + per_variant_items * sum(r.status == "not_needed" for r in records)
+    return {"items_evaluated": float(items_evaluated), "grid_items": float(grid_items),
+            "variants_measured": float(len(measured)), "variants": float(len(records)),
+            "spent_s": spent, "grid_estimate_s": grid}
+
+
+def summary_line(savings_: dict[str, float]) -> str:
+    s = savings_
+    return (f"adaptive search: {s['variants_measured']:.0f} of {s['variants']:.0f} variants measured, "
+            f"{s['items_evaluated']:.0f} of {s['grid_items']:.0f} items scored; variants took "
+            f"{s['spent_s'] / 60:.1f} min against about {s['grid_estimate_s'] / 60:.1f} min for the full grid "
+            "(estimated from this sweep's own timings)")
