@@ -78,7 +78,11 @@ class FastPath:
 
             # CUDA graphs remove the per-kernel launch cost that dominates decoding on a GPU;
             # on CPU there are none, and transformers only compiles there when told to.
-            self.config = CompileConfig(fullgraph=False, dynamic=None, mode="reduce-overhead" if cuda else "default")
+            # fullgraph: a step that does not compile whole (a graph break, a module wrapper that
+            # recompiles per layer, as compressed-tensors' offload hooks do) fails at once, rather
+            # than running partly eager and slower than not compiling at all (measured: 121 ms
+            # against 4.8 ms per token for a tiny compressed-tensors model on CPU).
+            self.config = CompileConfig(fullgraph=True, dynamic=None, mode="reduce-overhead" if cuda else "default")
             if not cuda:
                 self.config._compile_all_devices = True
             quantizer = getattr(model, "hf_quantizer", None)
@@ -152,9 +156,9 @@ class FastPath:
 
 
 def _is_compile_failure(e: BaseException) -> bool:
-    from torch._dynamo.exc import TorchDynamoException
+    from torch._dynamo.exc import FailOnRecompileLimitHit, TorchDynamoException
 
-    return isinstance(e, TorchDynamoException)
+    return isinstance(e, (TorchDynamoException, FailOnRecompileLimitHit))
 
 
 def _one_line(e: BaseException) -> str:
