@@ -73,6 +73,8 @@ def test_greedy_generations_are_identical_with_compile_on_and_off(tiny_model_dir
     want, got = plain.generate(stopping), fast.generate(stopping)
     assert [g.text for g in got] == [g.text for g in want]
     assert [g.output_tokens for g in got] == [g.output_tokens for g in want]
+    again = fast.generate(stopping)  # the same shapes: their caches are reused, zeroed
+    assert [g.text for g in again] == [g.text for g in want]
     assert min(g.output_tokens for g in want) < 10  # early stops happened, per row
 
     assert fast.fast.active and fast.fast.compile_s > 0 and getattr(model, "_compiled_call", None) is not None
