@@ -82,6 +82,10 @@ class EngineConfig:
     kind: str = "hf"  # hf | openai
     batch_size: int = 8
     max_batch_tokens: int = 16384  # cap on padded tokens per batch, so long prompts get smaller batches
+    # hf engine: static KV cache + torch.compile'd decode step (engines/fast.py). auto: on for CUDA,
+    # off for CPU; on: also on CPU, and a failing compile fails the variant. A string: quote it
+    # in YAML ('on'), where a bare on/off reads as true/false (also accepted).
+    compile: str = "auto"
     # openai engine
     base_url: Optional[str] = None
     api_key_env: Optional[str] = None  # name of the env var holding the key (never the key itself)

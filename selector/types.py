@@ -119,6 +119,12 @@ class PerfResult(_Model):
     latency: LatencyResult | None = None
     throughput: list[ThroughputPoint] = Field(default_factory=list)
     load: list[LoadLevel] = Field(default_factory=list)
+    # engine=hf: whether latency and throughput ran on the fast path (static KV cache + compiled
+    # decode step, engine.compile), the seconds its first call at each shape took (compiling;
+    # never inside a latency figure), and why it was off or fell back.
+    compiled: bool | None = None
+    compile_s: float | None = None
+    compile_note: str = ""
 
 
 class MemoryResult(_Model):

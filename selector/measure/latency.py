@@ -1,4 +1,9 @@
-"""Single-request latency and batched throughput of an in-process model."""
+"""Single-request latency and batched throughput of an in-process model.
+
+With the engine's fast path (`fast`, engines/fast.py: static cache + compiled decode step), every
+shape that is timed is compiled first, outside the timed runs; the time that took is the fast
+path's `compile_s`, reported apart.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +17,16 @@ from selector.measure.timing import synthetic_prompt, timed_generate
 from selector.types import LatencyResult, ThroughputPoint
 
 
-def measure_latency(model: Any, tokenizer: Any, cfg: LatencyConfig, tick: Callable[[], None] | None = None) -> LatencyResult:
+def measure_latency(model: Any, tokenizer: Any, cfg: LatencyConfig, tick: Callable[[], None] | None = None,
+                    fast: Any = None) -> LatencyResult:
     device = next(model.parameters()).device
     ids = torch.tensor([synthetic_prompt(tokenizer, cfg.prompt_tokens)], device=device)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    if fast is not None:
+        fast.warm(ids, cfg.new_tokens, pad)  # compile outside the timed runs
     ttft, tpot, e2e = [], [], []
     for run in range(cfg.warmup + cfg.repeats):
-        t0, stamps = timed_generate(model, ids, cfg.new_tokens, pad)
+        t0, stamps = timed_generate(model, ids, cfg.new_tokens, pad, fast)
         if tick:
             tick()
         if run < cfg.warmup:  # warm-up: allocator, kernels and caches settle
@@ -38,16 +46,19 @@ def measure_latency(model: Any, tokenizer: Any, cfg: LatencyConfig, tick: Callab
     )
 
 
-def measure_throughput(model: Any, tokenizer: Any, cfg: ThroughputConfig, tick: Callable[[], None] | None = None) -> list[ThroughputPoint]:
+def measure_throughput(model: Any, tokenizer: Any, cfg: ThroughputConfig, tick: Callable[[], None] | None = None,
+                       fast: Any = None) -> list[ThroughputPoint]:
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     points = []
     for bs in cfg.batch_sizes:
         ids = torch.tensor([synthetic_prompt(tokenizer, cfg.prompt_tokens, variant=7 * r) for r in range(bs)], device=device)
-        timed_generate(model, ids, min(4, cfg.new_tokens), pad)  # warm-up at this shape
+        if fast is not None:
+            fast.warm(ids, cfg.new_tokens, pad)  # compile outside the timed runs
+        timed_generate(model, ids, min(4, cfg.new_tokens), pad, fast)  # warm-up at this shape
         walls = []
         for _ in range(cfg.repeats):
-            t0, stamps = timed_generate(model, ids, cfg.new_tokens, pad)
+            t0, stamps = timed_generate(model, ids, cfg.new_tokens, pad, fast)
             walls.append(stamps[-1] - t0)
             if tick:
                 tick()

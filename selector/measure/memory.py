@@ -43,3 +43,25 @@ def measure_memory(model: Any, device: str, artifact_bytes: int | None) -> Memor
         cuda_max_reserved_bytes=torch.cuda.max_memory_reserved() if cuda else None,
         artifact_bytes=artifact_bytes,
     )
+
+
+def first_linear(model: Any) -> dict[str, Any] | None:
+    """The first linear layer of the decoder (not the head): its module path, class and weight storage.
+
+    A quantized checkpoint that loaded packed shows its library's class (Linear8bitLt,
+    CompressedLinear, a gptqmodel QuantLinear, ...) with integer storage; one that was unpacked to
+    the compute dtype shows a 16- or 32-bit float weight."""
+    for name, module in model.named_modules():
+        if "linear" not in type(module).__name__.lower() or name.endswith("lm_head"):
+            continue
+        tensors = dict(module.named_parameters(recurse=False)) | dict(module.named_buffers(recurse=False))
+        matrices = {k: v for k, v in tensors.items() if v.dim() >= 2}
+        if not matrices:
+            continue
+        # The weight is its largest matrix (scales and zero points are smaller): packed when that
+        # is stored in fewer than 16 bits or as integers (int32 words holding eight int4 values).
+        weight = max(matrices.values(), key=lambda t: t.numel())
+        packed = not (weight.is_floating_point() and weight.element_size() >= 2)
+        return {"module": name, "class": type(module).__name__, "class_module": type(module).__module__,
+                "storage": {k: str(v.dtype).replace("torch.", "") for k, v in matrices.items()}, "packed": packed}
+    return None

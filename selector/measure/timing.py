@@ -38,14 +38,18 @@ def synthetic_prompt(tokenizer: Any, n_tokens: int, variant: int = 0) -> list[in
 
 
 @torch.inference_mode()
-def timed_generate(model: Any, input_ids: torch.Tensor, new_tokens: int, pad_id: int) -> tuple[float, list[float]]:
-    """Generate exactly `new_tokens` greedy tokens; return (start time, per-step timestamps)."""
+def timed_generate(model: Any, input_ids: torch.Tensor, new_tokens: int, pad_id: int,
+                   fast: Any = None) -> tuple[float, list[float]]:
+    """Generate exactly `new_tokens` greedy tokens; return (start time, per-step timestamps).
+
+    fast: an engines.fast.FastPath to generate through (warm it at this shape first)."""
     sync = input_ids.device.type == "cuda"
     clock = _StepClock(sync)
+    generate = fast.generate if fast is not None else model.generate
     if sync:
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    model.generate(
+    generate(
         input_ids=input_ids,
         attention_mask=torch.ones_like(input_ids),
         max_new_tokens=new_tokens,

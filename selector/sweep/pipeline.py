@@ -157,7 +157,8 @@ class VariantRun:
         from selector.measure.latency import measure_latency, measure_throughput
 
         cfg = self.cfg
-        engine = HFEngine(loaded.model, loaded.tokenizer, cfg.engine.batch_size, cfg.engine.max_batch_tokens)
+        engine = HFEngine(loaded.model, loaded.tokenizer, cfg.engine.batch_size, cfg.engine.max_batch_tokens,
+                          compile=cfg.engine.compile)
         with self.timed("evaluate"):
             self._evaluate(engine, tasks)
         if self.decision is not None:  # stopped early: what it weighs, and nothing else to measure
@@ -172,9 +173,10 @@ class VariantRun:
         with self.timed("measure"):
             perf = PerfResult(device=device)
             if cfg.measure.latency.enabled:
-                perf.latency = measure_latency(loaded.model, loaded.tokenizer, cfg.measure.latency)
+                perf.latency = measure_latency(loaded.model, loaded.tokenizer, cfg.measure.latency, fast=engine.fast)
             if cfg.measure.throughput.enabled:
-                perf.throughput = measure_throughput(loaded.model, loaded.tokenizer, cfg.measure.throughput)
+                perf.throughput = measure_throughput(loaded.model, loaded.tokenizer, cfg.measure.throughput, fast=engine.fast)
+            perf.compiled, perf.compile_s, perf.compile_note = engine.fast.active, engine.fast.compile_s, engine.fast.note
             if cfg.measure.load.enabled:
                 from selector.measure.load import run_inprocess_load
 

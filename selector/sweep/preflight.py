@@ -171,6 +171,9 @@ def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
     if cfg.engine.kind not in ENGINES:
         where = f"conf/engine/{choices.get('engine', 'hf')}.yaml"
         raise ConfigError(where, "engine.kind", f"unknown engine {cfg.engine.kind!r}; choose one of {', '.join(ENGINES)}")
+    from selector.engines.fast import compile_setting
+
+    compile_setting(cfg.engine.compile)  # a typo stops the sweep now, not each variant after its evaluation
     if cfg.engine.kind == "openai" and not (cfg.engine.base_url or cfg.engine.server_command):
         raise ConfigError(f"conf/engine/{choices.get('engine', 'openai')}.yaml", "engine.base_url",
                           "engine=openai needs base_url (attach to a running server) or server_command (start one per variant)")

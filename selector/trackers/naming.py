@@ -30,6 +30,8 @@ def record_params(record: RunRecord) -> dict[str, str]:
         "evalset_hash": str(cfg.get("evalset_hash", "")),
         "engine": str(cfg.get("engine", {}).get("kind", "")),
         "batch_size": str(cfg.get("engine", {}).get("batch_size", "")),
+        "engine_compile": str(cfg.get("engine", {}).get("compile", "")),
+        "compiled": str(record.perf.compiled if record.perf and record.perf.compiled is not None else ""),
         "device": str(record.environment.get("device", "")),
         "torch_threads": str(record.environment.get("torch_threads", "")),
         "code_sandbox": ", ".join(record.environment.get("code_sandbox", [])),
@@ -67,6 +69,8 @@ def record_metrics(record: RunRecord) -> dict[str, float]:
     if perf:
         for point in perf.throughput:
             m[f"throughput/bs{point.batch_size}_tokens_per_s"] = point.output_tokens_per_s
+        if perf.compile_s:  # the fast path's compiling, apart from every latency figure
+            m["time/compile_s"] = perf.compile_s
     if record.memory:
         mem = record.memory
         m["memory/weight_gb"] = mem.weight_bytes / GB
