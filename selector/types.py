@@ -25,16 +25,38 @@ class _Model(BaseModel):
 
 
 class Variant(_Model):
-    """One point of the grid: a model source at a precision."""
+    """One point of the grid: a model source at a precision, at a serving setting when a sweep
+    varies serving knobs (settings of one model x precision share its scored items)."""
 
     model: str  # model config name, e.g. "smollm2-135m"
     precision: str  # precision config name, e.g. "int8"
     family: str = ""  # models of one family share a tokenizer and are compared as a size ladder
     params: int = 0  # parameter count of the base model (0 when unknown before loading)
+    # The serving knobs this sweep varies, short name -> value ({"max_batch_size": 8}); empty
+    # when it varies none, so names stay "model/precision".
+    setting: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def base_name(self) -> str:
+        """model/precision, whatever the setting."""
+        return f"{self.model}/{self.precision}"
 
     @property
     def name(self) -> str:
-        return f"{self.model}/{self.precision}"
+        """"model/precision", or "model/precision [max_batch_size=8]" at a swept setting."""
+        return f"{self.base_name} [{setting_label(self.setting)}]" if self.setting else self.base_name
+
+
+def setting_label(setting: dict[str, Any]) -> str:
+    """"max_batch_size=8, max_queue_delay_ms=10": knobs in the order given, numbers without a
+    trailing ".0"."""
+    return ", ".join(f"{k}={_plain(v)}" for k, v in setting.items())
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 class SampleRecord(_Model):
@@ -112,6 +134,14 @@ class LoadLevel(_Model):
     harness_cpu_pct: float | None = None  # of the load generator itself (it must stay small)
     gpu_util_pct: float | None = None
     gpu_mem_bytes: int | None = None
+    # Where queue/batch-wait/compute came from: "scheduler" (in-process, per request), "vllm" or
+    # "tgi" (the server's Prometheus histograms), "" (nothing: split_note says why).
+    split_source: str = ""
+    split_note: str = ""
+    # The slowest requests (e2e at or above the level's p95): the mean ms of their e2e and of each
+    # part of it, and how many. Per-request parts add up and percentiles do not, so this is what
+    # says what the tail is made of. Empty without a per-request split (a server).
+    tail_ms: dict[str, float] = Field(default_factory=dict)
 
 
 class PerfResult(_Model):

@@ -21,6 +21,7 @@ log = logging.getLogger("selector.serving.prometheus")
 # Histogram names in seconds, first match wins.
 QUEUE_HISTOGRAMS = ("vllm:request_queue_time_seconds", "tgi_request_queue_duration")
 COMPUTE_HISTOGRAMS = ("vllm:request_inference_time_seconds", "tgi_request_inference_duration")
+SERVERS = {"vllm:": "vllm", "tgi_": "tgi"}  # name prefix -> the server it tells
 
 
 @dataclass
@@ -111,3 +112,15 @@ def level_split(before: dict[str, Histogram] | None, after: dict[str, Histogram]
         if p is not None:
             out[field] = p
     return out
+
+
+def split_source(after: dict[str, Histogram] | None) -> tuple[str, str]:
+    """(which server's histograms gave the split, why there is none), for the report to say plainly."""
+    if after is None:
+        return "", "the server has no Prometheus /metrics endpoint, so only the client's TTFT, ITL and e2e are known"
+    found = [n for n in (*QUEUE_HISTOGRAMS, *COMPUTE_HISTOGRAMS) if n in after]
+    if not found:
+        return "", ("the server's /metrics has no queue or compute histogram selector knows "
+                    f"({', '.join(QUEUE_HISTOGRAMS + COMPUTE_HISTOGRAMS)}), so only the client's TTFT, ITL and e2e are known")
+    source = next(server for prefix, server in SERVERS.items() if found[0].startswith(prefix))
+    return source, ""
