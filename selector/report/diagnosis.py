@@ -59,6 +59,11 @@ class Diagnosis:
     advice: str = ""
     text: str = ""  # the whole sentence
 
+    @property
+    def finding(self) -> str:
+        """The sentence without its "at <level>, " (for a table that shows the level already)."""
+        return self.text.removeprefix(f"at {self.label}, ")
+
 
 def level_label(level: LoadLevel) -> str:
     return f"concurrency {level.concurrency}" if level.concurrency is not None else f"{level.rate_rps:g} req/s"

@@ -17,7 +17,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from selector.report import samples as sample_outputs
-from selector.report import sections, view
+from selector.report import load_view, sections, view
 from selector.report.plots import Plot, accuracy_by_task, accuracy_vs_latency, accuracy_vs_memory
 from selector.report.plots_load import latency_vs_concurrency, throughput_vs_latency
 from selector.types import SCHEMA_VERSION, RunRecord, SampleRecord, Selection
@@ -45,6 +45,7 @@ def build_view(records: list[RunRecord], selection: Selection, context: dict[str
         "summary": view.summary(records, selection),
         "variants": view.variant_table(records, selection),
         "search": sections.search(records, context),
+        "load": load_view.load_section(records),
         "plots": all_plots(records, selection) if with_plots else [],
         "paired": sections.paired_table(records, selection),
         "sensitivity": sections.dict_table(selection.sensitivity),

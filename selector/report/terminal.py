@@ -83,7 +83,33 @@ def render_terminal_summary(records: list[RunRecord], selection: Selection) -> R
     for warning in selection.warnings:
         body.append(Text(f"! {warning}", style="yellow"))
     panel = Panel(Group(*body), title="Recommendation", title_align="left", border_style="blue")
-    return Group(panel, table)
+    load = _load_table(records)
+    return Group(panel, table, load) if load is not None else Group(panel, table)
+
+
+def _load_table(records: list[RunRecord]) -> RichTable | None:
+    """Per variant and load level: throughput, e2e p95 and where the time went (the report's diagnosis)."""
+    from selector.report.diagnosis import Serving, diagnose_ladder
+    from selector.report.load_view import sorted_levels, with_load
+
+    loaded = with_load(records)
+    if not loaded:
+        return None
+    table = RichTable(title="Under load: where the time goes", title_justify="left", header_style="bold",
+                      caption="shares of the slowest requests' time (in-process) or of the mean request (a server); "
+                              "rules in docs/load-testing.md", caption_justify="left")
+    for header, right in (("variant", False), ("level", False), ("req/s", True), ("e2e p95 ms", True),
+                          ("goodput", True), ("diagnosis", False)):
+        table.add_column(header, justify="right" if right else "left", no_wrap=header != "diagnosis",
+                         min_width=30 if header == "diagnosis" else None)
+    for r in loaded:
+        levels = sorted_levels(r.perf.load)  # type: ignore[union-attr]
+        for lv, d in zip(levels, diagnose_ladder(levels, Serving.of(r.config))):
+            table.add_row(Text(r.name), Text(d.label), Text(fmt.sig(lv.request_throughput)),
+                          Text(fmt.millis(lv.e2e_ms.p95 if lv.e2e_ms else None)),
+                          Text(fmt.sig(lv.goodput_rps) if lv.goodput_rps is not None else fmt.DASH),
+                          Text(d.finding, style="yellow" if d.dominant in ("queue", "batch_wait") else ""))
+    return table
 
 
 def print_terminal_summary(records: list[RunRecord], selection: Selection, *, console: Console | None = None,

@@ -96,7 +96,7 @@ def test_injected_markup_is_escaped_everywhere(sample_report) -> None:  # type: 
 def test_variant_table_has_one_row_per_record(sample_report) -> None:  # type: ignore[no-untyped-def]
     paths, (records, selection, _) = sample_report
     html = paths["html"].read_text()
-    variants = html[html.index('id="variants"'):html.index('id="plots"')]
+    variants = html[html.index('id="variants"'):html.index('</section>', html.index('id="variants"'))]
     assert variants.count("<tr") == len(records) + 1  # header row
     assert variants.count('class="winner-row"') == 1
     for record in records:
@@ -129,7 +129,8 @@ def test_markdown_tables_keep_their_shape(sample_report) -> None:  # type: ignor
     paths, (records, _, _) = sample_report
     md = paths["md"].read_text()
     assert md.startswith("# Model selection report — selector-sample")
-    table = md[md.index("## All variants"):md.index("## Plots")]
+    start = md.index("## All variants")
+    table = md[start:md.index("\n## ", start + 3)]
     rows = [line for line in table.splitlines() if line.startswith("|")]
     assert len(rows) == len(records) + 2  # header and separator
     widths = {len(re.findall(r"(?<!\\)\|", row)) for row in rows}

@@ -1,0 +1,104 @@
+"""The report's load-test section: per variant and level, what it served and where the time went.
+
+Two tables of plain-text cells (report.view.Table), rendered by the HTML, Markdown and terminal
+reports alike: the figures a load level measured, and the split of its latency into queue, batch
+wait and compute with the diagnosis of report.diagnosis. None when no variant ran a load test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from selector.report import fmt
+from selector.report.diagnosis import SHORT, Serving, diagnose_ladder, headline
+from selector.report.view import Cell, Table, order_records
+from selector.types import LoadLevel, Percentiles, RunRecord
+
+SPLIT_NOTE = (
+    "Shares are of the slowest requests' time (those at or above e2e p95: their queue, batch wait and compute "
+    "add up to their latency) when the split is per request (in-process), else of the mean request (a server's "
+    "Prometheus histograms; 'other' is what the client saw beyond them). Under each share: that part's own p95, "
+    "which does not add up with the others. The rules naming the layer are in docs/load-testing.md."
+)
+
+
+def sorted_levels(levels: list[LoadLevel]) -> list[LoadLevel]:
+    """Concurrency levels from the lightest, then arrival rates from the slowest."""
+    return sorted(levels, key=lambda lv: (lv.concurrency is None, lv.concurrency or 0, lv.rate_rps or 0.0))
+
+
+def with_load(records: list[RunRecord]) -> list[RunRecord]:
+    return [r for r in order_records(records) if r.perf and r.perf.load]
+
+
+def triple(p: Percentiles | None) -> str:
+    """'120 / 340 / 400': p50 / p95 / p99 in ms."""
+    return " / ".join(fmt.millis(getattr(p, q)) for q in ("p50", "p95", "p99")) if p else fmt.DASH
+
+
+def goodput(level: LoadLevel) -> Cell:
+    if level.goodput_rps is None:
+        return Cell(fmt.DASH, "num muted", "no per-request SLO (measure.load.slo) was set")
+    share = level.goodput_rps / level.request_throughput if level.request_throughput > 0 else 0.0
+    return Cell(f"{fmt.sig(level.goodput_rps)} req/s", "num", sub=f"{share:.0%} within the SLO")
+
+
+def levels_table(records: list[RunRecord]) -> Table:
+    table = Table(columns=["variant", "level", "req/s", "output tok/s", "TTFT p50 / p95 / p99 ms",
+                           "ITL p50 / p95 / p99 ms", "e2e p50 / p95 / p99 ms", "errors", "goodput"])
+    for r in with_load(records):
+        for lv in sorted_levels(r.perf.load):  # type: ignore[union-attr]
+            table.rows.append([
+                Cell(r.name, "name"), Cell(_level(lv)), Cell(fmt.sig(lv.request_throughput), "num"),
+                Cell(fmt.sig(lv.output_tokens_per_s), "num"), Cell(triple(lv.ttft_ms), "num"),
+                Cell(triple(lv.itl_ms), "num"), Cell(triple(lv.e2e_ms), "num"),
+                Cell(f"{lv.errors} of {lv.requests}", "num below" if lv.errors else "num"), goodput(lv),
+            ])
+    table.note = ("Each level replays the same requests (the eval set's generation prompts). Latencies of successful "
+                  "requests; goodput: requests per second that met every limit of measure.load.slo.")
+    return table
+
+
+def split_table(records: list[RunRecord]) -> Table:
+    rows, has_other = [], False
+    for r in with_load(records):
+        levels = sorted_levels(r.perf.load)  # type: ignore[union-attr]
+        for lv, d in zip(levels, diagnose_ladder(levels, Serving.of(r.config))):
+            has_other |= "other" in d.shares
+            rows.append((r.name, lv, d))
+    parts = ["queue", "batch_wait", "compute"] + (["other"] if has_other else [])
+    table = Table(columns=["variant", "level", "e2e p95 ms", *(SHORT[p] for p in parts), "source", "diagnosis"])
+    for name, lv, d in rows:
+        cells = [Cell(name, "name"), Cell(_level(lv)), Cell(fmt.millis(lv.e2e_ms.p95 if lv.e2e_ms else None), "num")]
+        for part in parts:
+            share = d.shares.get(part)
+            dist = getattr(lv, f"{part}_ms", None)
+            sub = f"p95 {fmt.millis(dist.p95)} ms" if dist is not None else ""
+            kind = "num strong" if part == d.dominant else "num"
+            cells.append(Cell(f"{share:.0%}" if share is not None else fmt.DASH, kind if share is not None else "num muted",
+                              sub=sub))
+        cells += [Cell(_source(lv)), Cell(d.finding, "reasons")]
+        table.rows.append(cells)
+    table.note = SPLIT_NOTE
+    return table
+
+
+def load_section(records: list[RunRecord]) -> dict[str, Any] | None:
+    """The tables and, per variant, the diagnosis at its heaviest level; None without load tests."""
+    loaded = with_load(records)
+    if not loaded:
+        return None
+    lines = []
+    for r in loaded:
+        top = headline(r.perf.load, Serving.of(r.config))  # type: ignore[union-attr]
+        if top is not None:
+            lines.append({"variant": r.name, "text": top.text})
+    return {"levels": levels_table(records), "split": split_table(records), "headlines": lines}
+
+
+def _level(level: LoadLevel) -> str:
+    return f"c={level.concurrency}" if level.concurrency is not None else f"{level.rate_rps:g} req/s"
+
+
+def _source(level: LoadLevel) -> str:
+    return {"scheduler": "per request", "vllm": "vLLM /metrics", "tgi": "TGI /metrics"}.get(level.split_source, "none")
