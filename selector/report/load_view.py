@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from selector.report import fmt
-from selector.report.diagnosis import SHORT, Serving, diagnose_ladder, headline
+from selector.serving.diagnosis import SHORT, Serving, diagnose_ladder, headline
 from selector.report.view import Cell, Table, order_records
 from selector.types import LoadLevel, Percentiles, RunRecord
 
@@ -49,7 +49,7 @@ def levels_table(records: list[RunRecord]) -> Table:
     for r in with_load(records):
         for lv in sorted_levels(r.perf.load):  # type: ignore[union-attr]
             table.rows.append([
-                Cell(r.name, "name"), Cell(_level(lv)), Cell(fmt.sig(lv.request_throughput), "num"),
+                Cell(r.name, "name"), Cell(short_level(lv)), Cell(fmt.sig(lv.request_throughput), "num"),
                 Cell(fmt.sig(lv.output_tokens_per_s), "num"), Cell(triple(lv.ttft_ms), "num"),
                 Cell(triple(lv.itl_ms), "num"), Cell(triple(lv.e2e_ms), "num"),
                 Cell(f"{lv.errors} of {lv.requests}", "num below" if lv.errors else "num"), goodput(lv),
@@ -69,7 +69,7 @@ def split_table(records: list[RunRecord]) -> Table:
     parts = ["queue", "batch_wait", "compute"] + (["other"] if has_other else [])
     table = Table(columns=["variant", "level", "e2e p95 ms", *(SHORT[p] for p in parts), "source", "diagnosis"])
     for name, lv, d in rows:
-        cells = [Cell(name, "name"), Cell(_level(lv)), Cell(fmt.millis(lv.e2e_ms.p95 if lv.e2e_ms else None), "num")]
+        cells = [Cell(name, "name"), Cell(short_level(lv)), Cell(fmt.millis(lv.e2e_ms.p95 if lv.e2e_ms else None), "num")]
         for part in parts:
             share = d.shares.get(part)
             dist = getattr(lv, f"{part}_ms", None)
@@ -96,7 +96,7 @@ def load_section(records: list[RunRecord]) -> dict[str, Any] | None:
     return {"levels": levels_table(records), "split": split_table(records), "headlines": lines}
 
 
-def _level(level: LoadLevel) -> str:
+def short_level(level: LoadLevel) -> str:
     return f"c={level.concurrency}" if level.concurrency is not None else f"{level.rate_rps:g} req/s"
 
 

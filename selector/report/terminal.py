@@ -87,29 +87,37 @@ def render_terminal_summary(records: list[RunRecord], selection: Selection) -> R
     return Group(panel, table, load) if load is not None else Group(panel, table)
 
 
-def _load_table(records: list[RunRecord]) -> RichTable | None:
-    """Per variant and load level: throughput, e2e p95 and where the time went (the report's diagnosis)."""
-    from selector.report.diagnosis import Serving, diagnose_ladder
-    from selector.report.load_view import sorted_levels, with_load
+def _load_table(records: list[RunRecord]) -> RenderableType | None:
+    """Per variant and load level: throughput, e2e p95 and the layer its time goes to; below, each
+    variant's diagnosis at its heaviest level (the report has every level's)."""
+    from selector.serving.diagnosis import SHORT, Serving, diagnose_ladder, headline
+    from selector.report.load_view import short_level, sorted_levels, with_load
 
     loaded = with_load(records)
     if not loaded:
         return None
-    table = RichTable(title="Under load: where the time goes", title_justify="left", header_style="bold",
-                      caption="shares of the slowest requests' time (in-process) or of the mean request (a server); "
-                              "rules in docs/load-testing.md", caption_justify="left")
-    for header, right in (("variant", False), ("level", False), ("req/s", True), ("e2e p95 ms", True),
-                          ("goodput", True), ("diagnosis", False)):
-        table.add_column(header, justify="right" if right else "left", no_wrap=header != "diagnosis",
-                         min_width=30 if header == "diagnosis" else None)
+    table = RichTable(title="Under load: where the time goes", title_justify="left", header_style="bold")
+    table.add_column("variant")
+    table.add_column("level", no_wrap=True)
+    for header in ("req/s", "e2e p95", "goodput", "top share"):
+        table.add_column(header, justify="right", no_wrap=True)
+    lines: list[RenderableType] = []
     for r in loaded:
         levels = sorted_levels(r.perf.load)  # type: ignore[union-attr]
-        for lv, d in zip(levels, diagnose_ladder(levels, Serving.of(r.config))):
-            table.add_row(Text(r.name), Text(d.label), Text(fmt.sig(lv.request_throughput)),
+        serving = Serving.of(r.config)
+        for lv, d in zip(levels, diagnose_ladder(levels, serving)):
+            top = max(d.shares, key=lambda k: d.shares[k]) if d.shares else None
+            table.add_row(Text(r.name), Text(short_level(lv)), Text(fmt.sig(lv.request_throughput)),
                           Text(fmt.millis(lv.e2e_ms.p95 if lv.e2e_ms else None)),
                           Text(fmt.sig(lv.goodput_rps) if lv.goodput_rps is not None else fmt.DASH),
-                          Text(d.finding, style="yellow" if d.dominant in ("queue", "batch_wait") else ""))
-    return table
+                          Text(f"{SHORT[top]} {d.shares[top]:.0%}" if top else "no split",
+                               style="yellow" if top in ("queue", "batch_wait") and d.dominant else ""))
+        worst = headline(levels, serving)
+        if worst is not None:
+            line = Text(f"{r.name}: ", style="bold")
+            line.append(worst.text)
+            lines.append(line)
+    return Group(table, *lines)
 
 
 def print_terminal_summary(records: list[RunRecord], selection: Selection, *, console: Console | None = None,

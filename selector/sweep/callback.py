@@ -83,6 +83,7 @@ class SweepCallback(Callback):
             "reference": reference,
             "reference_evaluation_key": next((p.evaluation_key for p in planned if p.name == reference), None),
             "variants": [p.describe() for p in planned],
+            "serving_knobs": list(planned[0].setting),  # the knobs it varies: names and job folders say the setting
         }
         write_state(base, state)
         log.info("sweep of %d variants; MLflow %s, parent run %s", len(planned), tracker.uri, parent)

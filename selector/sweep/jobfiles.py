@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from selector.config import SelectorConfig, to_dict
 from selector.types import RunRecord, TaskResult, Variant
@@ -20,16 +21,18 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def variant_of(cfg: SelectorConfig) -> Variant:
+def variant_of(cfg: SelectorConfig, setting: dict[str, Any] | None = None) -> Variant:
     """The variant a config describes (parameters from the config; the worker may fill them in
-    from the loaded model)."""
+    from the loaded model). setting: the serving knobs the sweep varies (the sweep's side stamps
+    it on every record it keeps, selector.sweep.task)."""
     return Variant(model=cfg.model.name, precision=cfg.precision.name, family=cfg.model.family,
-                   params=int(cfg.model.params_b * 1e9))
+                   params=int(cfg.model.params_b * 1e9), setting=dict(setting or {}))
 
 
-def bare_record(cfg: SelectorConfig, key: str, status: str, reason: str = "", **fields: object) -> RunRecord:
+def bare_record(cfg: SelectorConfig, key: str, status: str, reason: str = "", setting: dict[str, Any] | None = None,
+                **fields: object) -> RunRecord:
     """A record for a variant that produced none of its own (skipped, crashed, not needed)."""
-    return RunRecord(key=key, variant=variant_of(cfg), status=status, reason=reason, config=to_dict(cfg),
+    return RunRecord(key=key, variant=variant_of(cfg, setting), status=status, reason=reason, config=to_dict(cfg),
                      started_at=now(), finished_at=now(), **fields)  # type: ignore[arg-type]
 
 

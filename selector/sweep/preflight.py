@@ -9,7 +9,7 @@ skipped, unless every variant is, in which case the sweep stops with the reasons
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -30,6 +30,7 @@ class PlannedVariant:
     reason: str
     evaluation_key: str = ""
     planned_bytes: float = 0.0  # weight memory the search orders by (plan's estimate)
+    setting: dict[str, Any] = field(default_factory=dict)  # the serving knobs the sweep varies (serving.knobs)
 
     def describe(self) -> dict[str, Any]:
         """What the sweep's state keeps of it (sweep.json), for the jobs, the search and the end."""
@@ -37,14 +38,17 @@ class PlannedVariant:
 
         return {"name": self.name, "key": self.key, "evaluation_key": self.evaluation_key,
                 "overrides": self.overrides, "available": self.available, "reason": self.reason,
-                "model": self.cfg.model.name, "family": self.cfg.model.family,
+                "model": self.cfg.model.name, "precision": self.cfg.precision.name, "setting": self.setting,
+                "family": self.cfg.model.family,
                 "params": int(self.cfg.model.params_b * 1e9), "planned_bytes": self.planned_bytes,
                 "needs_quantization": calibrates(self.cfg),
                 "is_baseline": self.cfg.precision.name == self.cfg.baseline_precision}
 
     @property
     def name(self) -> str:
-        return f"{self.cfg.model.name}/{self.cfg.precision.name}"
+        from selector.types import Variant
+
+        return Variant(model=self.cfg.model.name, precision=self.cfg.precision.name, setting=self.setting).name
 
 
 def job_config(job: DictConfig, choices: dict[str, str] | None, given: frozenset[str] = frozenset()) -> SelectorConfig:
@@ -131,6 +135,12 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
                                       evaluation_key(cfg, ehash), planned_bytes))
     if not planned:
         raise UserError("the sweep has no variants: check hydra.sweeper.params and your overrides")
+    from selector.serving.knobs import check_engine_knobs, setting_of, swept_knobs
+
+    knobs = swept_knobs(p.cfg for p in planned)  # settings of one model x precision are distinct variants
+    for p in planned:
+        check_engine_knobs(p.cfg, given_keys(p.overrides), knobs)
+        p.setting = setting_of(p.cfg, knobs)
     policy_notices(planned[0].cfg, notices)
     check_engine_and_load(planned[0].cfg, choices)
     experiment = planned[0].cfg.experiment

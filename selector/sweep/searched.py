@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from selector.serving.knobs import setting_dir
 from selector.types import RunRecord, Variant
 
 PRUNED = "pruned"  # the driver's word; the record's status is "not_needed"
@@ -26,11 +27,15 @@ def not_needed_records(state: dict[str, Any], base: Path) -> list[RunRecord]:
         if verdict["status"] != PRUNED or verdict["name"] not in planned:
             continue
         v = planned[verdict["name"]]
-        model, precision = v["name"].split("/", 1)
+        model, precision = v.get("model"), v.get("precision")
+        if not precision:  # a sweep.json from before variants kept their precision apart
+            model, precision = v["name"].split("/", 1)
+        setting = v.get("setting") or {}
         record = RunRecord(key=v["key"], variant=Variant(model=model, precision=precision, family=v.get("family", ""),
-                                                         params=int(v.get("params", 0))),
+                                                         params=int(v.get("params", 0)), setting=setting),
                            status="not_needed", reason=verdict["reason"], config=state.get("config", {}))
-        record.save(base / model / precision / "record.json")
+        folder = base / model / precision / (setting_dir(setting) if setting else "")
+        record.save(folder / "record.json")
         out.append(record)
     return out
 

@@ -18,12 +18,13 @@ from selector.config import SelectorConfig
 from selector.logs import setup_logging
 from selector.sweep import preflight
 from selector.sweep.availability import availability
-from selector.sweep.jobfiles import bare_record
+from selector.serving.knobs import setting_of
+from selector.sweep.jobfiles import bare_record, variant_of
 from selector.sweep.keys import variant_key
 from selector.sweep.state import read_state
 from selector.sweep.supervise import run_variant
 from selector.trackers import EvalsetInfo, Tracker, make_tracker
-from selector.types import RunRecord
+from selector.types import RunRecord, setting_label
 
 log = logging.getLogger("selector.sweep.task")
 
@@ -43,16 +44,20 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
         cfg.tracker.tracking_uri = state["tracking_uri"]
     tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
     extra = {"evalset_hash": ehash, "sweep_key": state.get("sweep_key", "")}
-    name = f"{cfg.model.name}/{cfg.precision.name}"
+    # The serving knobs this sweep varies name the variant: two settings are two variants everywhere.
+    setting = setting_of(cfg, state.get("serving_knobs") or [])
+    name = variant_of(cfg, setting).name
 
     if not cfg.force:
         done = _completed_record(cfg, tracker, parent, key)
         if done is not None:
+            done.variant.setting = setting  # measured under another sweep's label, if any
             return _reuse(done, tracker, parent, name, key, job_dir, tasks)
 
     ok, why = availability(cfg)
-    child = tracker.start_variant(parent, name, key, {"selector.model": cfg.model.name,
-                                                      "selector.precision": cfg.precision.name})
+    tags = {"selector.model": cfg.model.name, "selector.precision": cfg.precision.name,
+            **({"selector.setting": setting_label(setting)} if setting else {})}
+    child = tracker.start_variant(parent, name, key, tags)
     try:
         if ok:
             record = run_variant(cfg, key, job_dir, extra, is_reference=state.get("reference") == name,
@@ -63,6 +68,7 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     except BaseException:  # Ctrl-C or SIGTERM: end both runs as KILLED, then stop
         tracker.mark_killed([child, parent])
         raise
+    record.variant.setting = setting
     record.mlflow_run_id = child
     files = [job_dir / "samples.jsonl", job_dir / "worker.log"]
     tracker.finish_variant(child, record, files, tasks_dataset(cfg, tasks, ehash))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from selector.types import RunRecord
+from selector.serving.diagnosis import shares
+from selector.types import RunRecord, setting_label
 
 GB = 2**30
 
@@ -36,6 +37,10 @@ def record_params(record: RunRecord) -> dict[str, str]:
         "torch_threads": str(record.environment.get("torch_threads", "")),
         "code_sandbox": ", ".join(record.environment.get("code_sandbox", [])),
         "variant_key": record.key,
+        # serving knobs, swept or not, so runs of one model x precision compare by setting in the UI
+        "setting": setting_label(record.variant.setting),
+        "serving.max_batch_size": str(cfg.get("measure", {}).get("load", {}).get("max_batch_size", "")),
+        "serving.max_queue_delay_ms": str(cfg.get("measure", {}).get("load", {}).get("max_queue_delay_ms", "")),
     }
     if record.quant:
         for k, v in record.quant.params.items():
@@ -106,6 +111,8 @@ def load_metrics(record: RunRecord) -> list[tuple[str, float, int]]:
             p: Any = getattr(level, metric)
             if p is not None:
                 out += [(f"{base}/{metric}_{q}", getattr(p, q), step) for q in ("p50", "p90", "p95", "p99")]
+        split, _ = shares(level)  # where the time went, as the report's diagnosis reads it
+        out += [(f"{base}/{layer}_share", share, step) for layer, share in split.items()]
     return out
 
 
@@ -116,6 +123,7 @@ def record_tags(record: RunRecord) -> dict[str, str]:
         "selector.size": f"{record.variant.params / 1e9:.3g}B" if record.variant.params else "",
         "selector.status": record.status,
         "selector.variant_key": record.key,
+        **({"selector.setting": setting_label(record.variant.setting)} if record.variant.setting else {}),
         **({"selector.reason": record.reason[:5000]} if record.reason else {}),
         **({"selector.failed_stage": record.error.stage} if record.error else {}),
         # stopped early by adaptive search: the floor that was out of reach, not a failure

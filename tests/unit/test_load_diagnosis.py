@@ -7,7 +7,7 @@ import pytest
 
 from selector.engines.trace import RequestTrace
 from selector.measure.load import summarize_level
-from selector.report.diagnosis import Serving, diagnose, diagnose_ladder, headline, shares
+from selector.serving.diagnosis import Serving, diagnose, diagnose_ladder, headline, shares
 from selector.serving import prometheus
 from selector.types import LoadLevel, Percentiles
 
@@ -132,3 +132,11 @@ def test_prometheus_split_source_names_the_server_or_why_not() -> None:
     assert source == "" and "no Prometheus /metrics endpoint" in note
     source, note = prometheus.split_source({})
     assert source == "" and "vllm:request_queue_time_seconds" in note
+
+
+def test_a_notable_queue_beside_dominant_compute_is_named_with_its_knob() -> None:
+    d = diagnose(level(2, tail(48, 0, 52)), Serving("inprocess", 1, 10))
+    assert d.dominant == "compute"
+    assert d.text.endswith("; and 48% is queueing: raise max_batch_size (now 1, below the 2 requests in flight) "
+                           "or add an instance")
+    assert "; and" not in diagnose(level(2, tail(20, 0, 80)), Serving("inprocess", 1, 10)).text

@@ -7,7 +7,8 @@ order (docs/load-testing.md, "Reading the diagnosis", states the same):
 
 1. Shares: of the slowest requests (e2e at or above p95: LoadLevel.tail_ms) when the level has a
    per-request split, else of the mean request (each part's mean over the mean e2e).
-2. A layer with at least half the time dominates; with none, the shares are listed.
+2. A layer with at least half the time dominates; with none, the shares are listed. Beside a
+   dominant layer, queueing or batch wait holding a quarter or more is named too (a knob fixes it).
 3. The advice follows the layer: queueing -> more room in a batch or another instance; batch
    wait -> a shorter max_queue_delay_ms; compute -> not a batching knob (smaller model or
    precision, faster device, more instances), noting when compute per request grew with load or
@@ -25,6 +26,7 @@ from typing import Any
 from selector.types import LoadLevel
 
 DOMINANT = 0.5  # a layer holding at least this share of the time dominates the level
+NOTABLE = 0.25  # beside the dominant layer, a queue or batch-wait share this large is named too
 GREW = 1.5  # compute per request this many times the lightest level's: batches got slower
 FLAT = 1.1  # throughput within this factor of the lightest level's: it stopped growing
 LAYERS = ("queue", "batch_wait", "compute", "other")
@@ -102,6 +104,10 @@ def diagnose(level: LoadLevel, serving: Serving, lightest: LoadLevel | None = No
                          f"at {label}, {failed}no single layer holds half of {basis} ({listed})")
     advice = _advice(top, level, serving, lightest)
     text = f"at {label}, {failed}{split[top]:.0%} of {basis} is {WORDS[top]}: {advice}"
+    # A knob-sized share beside a dominant layer is still worth its knob.
+    for other in ("queue", "batch_wait"):
+        if other != top and split.get(other, 0.0) >= NOTABLE:
+            text += f"; and {split[other]:.0%} is {WORDS[other]}: {_advice(other, level, serving, lightest)}"
     return Diagnosis(label, basis, split, top, advice, text)
 
 

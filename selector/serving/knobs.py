@@ -1,0 +1,99 @@
+"""Serving knobs: how a variant is served, which a sweep may vary without touching its accuracy.
+
+The evaluation key leaves them out (selector.sweep.keys), so settings of one model x precision share
+every scored item; the variant key keeps them, so each setting is its own variant with its own
+record. A sweep that varies a knob labels each variant with its setting
+("smollm2-135m/bf16 [max_batch_size=8]") and gives it its own job folder
+(`smollm2-135m/bf16/max_batch_size=8`); a sweep that varies none keeps the plain names.
+
+Only the in-process engine's dynamic batcher has these knobs: a server batches requests itself,
+so asking for them with engine=openai stops the sweep before anything loads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from selector.errors import ConfigError
+from selector.types import setting_label
+
+KNOBS = {  # dotted config key -> the short name a setting shows
+    "measure.load.max_batch_size": "max_batch_size",
+    "measure.load.max_queue_delay_ms": "max_queue_delay_ms",
+}
+BY_SHORT = {short: dotted for dotted, short in KNOBS.items()}
+RESOLVER = "selector.setting_subdir"
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def swept_knobs(cfgs: Iterable[Any]) -> list[str]:
+    """Short names of the knobs whose value differs between a sweep's jobs, in KNOBS order."""
+    cfgs = list(cfgs)
+    return [short for dotted, short in KNOBS.items() if len({_get(c, dotted) for c in cfgs}) > 1]
+
+
+def setting_of(cfg: Any, knobs: Iterable[str]) -> dict[str, Any]:
+    """The values of these knobs (short names) in a validated config."""
+    return {short: _get(cfg, BY_SHORT[short]) for short in KNOBS.values() if short in set(knobs)}
+
+
+def setting_dir(setting: dict[str, Any]) -> str:
+    """'max_batch_size=8,max_queue_delay_ms=10': the job folder below model/precision."""
+    return setting_label(setting).replace(", ", ",")
+
+
+def check_engine_knobs(cfg: Any, given: Iterable[str], swept: Iterable[str]) -> None:
+    """A knob set on the command line (or swept) that the variant's engine does not have stops the
+    sweep now, naming the knob and what to do instead."""
+    if cfg.engine.kind != "openai":
+        return
+    asked = [dotted for dotted, short in KNOBS.items() if dotted in set(given) or short in set(swept)]
+    if not asked:
+        return
+    where = ("an attached server (engine.base_url), whose batching is set where it was started"
+             if not cfg.engine.server_command else "a server the harness starts (engine.server_command), "
+             "which batches requests itself")
+    raise ConfigError("command line", asked[0], (
+        f"engine=openai load-tests {where}; {', '.join(KNOBS[k] for k in asked)} belong to the in-process batcher "
+        "(engine=hf). Set the server's own batching in its command (vLLM --max-num-seqs, TGI --max-batch-size), "
+        "or drop this override"))
+
+
+def _setting_subdir(*, _root_: Any) -> str:
+    """'/max_batch_size=8' for a job of a sweep that varies serving knobs, else ''. The knobs are
+    the sweep's (sweep.json, written before any job starts); the values are this job's."""
+    knobs = sweep_knobs(_root_)
+    if not knobs:
+        return ""
+    return "/" + setting_dir({short: OmegaConf.select(_root_, BY_SHORT[short]) for short in knobs})
+
+
+def sweep_knobs(root: Any) -> list[str]:
+    from selector.sweep.state import STATE_FILE
+
+    base = Path(str(OmegaConf.select(root, "hydra.sweep.dir", default="") or ""))
+    if not base.is_absolute():  # a worker elsewhere (Ray, SLURM) starts in a folder of its own
+        base = Path(str(OmegaConf.select(root, "hydra.runtime.cwd", default="") or ".")) / base
+    try:
+        return list(json.loads((base / STATE_FILE).read_text()).get("serving_knobs") or [])
+    except (OSError, ValueError):
+        return []
+
+
+def register_resolver() -> None:
+    """conf/config.yaml names each job's folder with `${selector.setting_subdir:}`."""
+    if not OmegaConf.has_resolver(RESOLVER):
+        OmegaConf.register_new_resolver(RESOLVER, _setting_subdir)
+
+
+register_resolver()
