@@ -287,6 +287,28 @@ class Verdict(_Model):
     baseline_paired: dict[str, PairedDiff] = Field(default_factory=dict)
 
 
+class SettingResult(_Model):
+    """One serving setting of a model x precision, as the knob comparison reads it."""
+
+    variant: str
+    setting: dict[str, Any] = Field(default_factory=dict)
+    level: str = ""  # the load level of its best figure, "concurrency 8"
+    goodput_rps: float | None = None  # requests/s within measure.load.slo there (without one: all successful)
+    e2e_p95_ms: float | None = None  # at that level
+    meets: bool = True  # passes every policy.latency_limits key
+    detail: str = ""  # the limits it misses, in one line
+
+
+class SettingChoice(_Model):
+    """The settings of one model x precision side by side (selection.knobs), best first."""
+
+    group: str  # model/precision
+    basis: str  # goodput | throughput (no SLO was set)
+    best: str | None  # the variant that meets the latency limits at the highest goodput
+    summary: str
+    results: list[SettingResult] = Field(default_factory=list)
+
+
 class Selection(_Model):
     policy: dict[str, Any]
     winner: str | None
@@ -298,3 +320,4 @@ class Selection(_Model):
     sample_size: list[dict[str, Any]] = Field(default_factory=list)
     noise_floor: dict[str, float] = Field(default_factory=dict)  # task -> score spread at no change
     warnings: list[str] = Field(default_factory=list)
+    settings: list[SettingChoice] = Field(default_factory=list)  # serving settings compared, per model x precision

@@ -12,7 +12,7 @@ from typing import Any
 from selector.report import fmt
 from selector.serving.diagnosis import SHORT, Serving, diagnose_ladder, headline
 from selector.report.view import Cell, Table, order_records
-from selector.types import LoadLevel, Percentiles, RunRecord
+from selector.types import LoadLevel, Percentiles, RunRecord, Selection, setting_label
 
 SPLIT_NOTE = (
     "Shares are of the slowest requests' time (those at or above e2e p95: their queue, batch wait and compute "
@@ -83,7 +83,31 @@ def split_table(records: list[RunRecord]) -> Table:
     return table
 
 
-def load_section(records: list[RunRecord]) -> dict[str, Any] | None:
+def settings_table(selection: Selection) -> Table | None:
+    """Serving settings of each model x precision side by side, the best first (selection.knobs)."""
+    if not selection.settings:
+        return None
+    limits = bool(selection.policy.get("latency_limits"))
+    table = Table(columns=["model / precision", "setting", "latency limits", "best level", "goodput req/s",
+                           "e2e p95 ms"], compact=True)
+    for choice in selection.settings:
+        for r in choice.results:
+            best = r.variant == choice.best
+            table.rows.append([
+                Cell(choice.group, "name"), Cell(setting_label(r.setting), "strong" if best else ""),
+                Cell(("met" if r.meets else "missed") if limits else "none set", "" if r.meets else "below", r.detail),
+                Cell(r.level or fmt.DASH), Cell(fmt.sig(r.goodput_rps), "num strong" if best else "num"),
+                Cell(fmt.millis(r.e2e_p95_ms), "num"),
+            ])
+    basis = {c.basis for c in selection.settings}
+    table.note = ("Settings share their model's scored items, so accuracy is the same; each row is one serving setting's "
+                  "load test. Goodput: the highest, over its levels, of the requests per second meeting measure.load.slo"
+                  + (" (no SLO was set: every successful request counts)" if "throughput" in basis else "")
+                  + "; latency limits: policy.latency_limits. Best first, in bold.")
+    return table
+
+
+def load_section(records: list[RunRecord], selection: Selection | None = None) -> dict[str, Any] | None:
     """The tables and, per variant, the diagnosis at its heaviest level; None without load tests."""
     loaded = with_load(records)
     if not loaded:
@@ -93,7 +117,9 @@ def load_section(records: list[RunRecord]) -> dict[str, Any] | None:
         top = headline(r.perf.load, Serving.of(r.config))  # type: ignore[union-attr]
         if top is not None:
             lines.append({"variant": r.name, "text": top.text})
-    return {"levels": levels_table(records), "split": split_table(records), "headlines": lines}
+    return {"levels": levels_table(records), "split": split_table(records), "headlines": lines,
+            "settings": settings_table(selection) if selection else None,
+            "settings_summary": [c.summary for c in selection.settings] if selection else []}
 
 
 def short_level(level: LoadLevel) -> str:

@@ -1,6 +1,8 @@
-"""Load-test figures: latency against concurrency, and throughput against latency.
+"""Load-test figures: latency against concurrency, throughput against latency, and the trade-off
+between serving settings of one model x precision.
 
-Both are drawn only for variants that ran a load test; a sweep without one gets neither.
+Each is drawn only when its data is there: a sweep without a load test gets none, one that varies
+no serving knob gets no trade-off figure.
 """
 
 from __future__ import annotations
@@ -9,9 +11,9 @@ import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from selector.report.plots import STYLE, Encoding, Plot, _svg, _text, plain_log_axis
+from selector.report.plots import MARKERS, OKABE_ITO, STYLE, Encoding, Plot, _svg, _text, plain_log_axis
 from selector.report.view import order_records
-from selector.types import LoadLevel, RunRecord
+from selector.types import LoadLevel, RunRecord, Selection, setting_label
 
 
 def _x(level: LoadLevel, by_rate: bool) -> float | None:
@@ -84,3 +86,39 @@ def throughput_vs_latency(records: list[RunRecord]) -> Plot | None:
                "level reached.")
     return Plot("plot-load-throughput", title, caption, _svg(fig, "plot-load-throughput", title))
 
+
+
+def settings_tradeoff(records: list[RunRecord], selection: Selection) -> Plot | None:
+    """Per model x precision, each serving setting's load levels: goodput (or requests/s without an
+    SLO) against e2e p95. The best setting (selection.knobs) is drawn bold."""
+    if not selection.settings:
+        return None
+    by_name = {r.name: r for r in records}
+    groups = selection.settings[:3]  # three panels fit the page
+    goodput = all(c.basis == "goodput" for c in groups)
+    title = "Serving settings: goodput vs tail latency" if goodput else "Serving settings: throughput vs tail latency"
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(8.6, 4.2), layout="constrained")
+        axes = fig.subplots(1, len(groups), squeeze=False)[0]
+        for ax, choice in zip(axes, groups):
+            for i, result in enumerate(choice.results):
+                record = by_name.get(result.variant)
+                levels = [lv for lv in (record.perf.load if record and record.perf else []) if lv.e2e_ms]
+                levels.sort(key=lambda lv: (lv.concurrency is None, lv.concurrency or 0, lv.rate_rps or 0))
+                if not levels:
+                    continue
+                best = result.variant == choice.best
+                xs = [lv.e2e_ms.p95 for lv in levels]  # type: ignore[union-attr]
+                ys = [(lv.goodput_rps or 0.0) if goodput else lv.request_throughput for lv in levels]
+                ax.plot(xs, ys, lw=2.4 if best else 1.2, marker=MARKERS[i % len(MARKERS)], ms=5,
+                        color=OKABE_ITO[i % len(OKABE_ITO)], label=_text(setting_label(result.setting)) + (" ★" if best else ""))
+                for lv, x, y in zip(levels, xs, ys):
+                    tag = f"c={lv.concurrency}" if lv.concurrency is not None else f"{lv.rate_rps:g}/s"
+                    ax.annotate(tag, (x, y), fontsize=7, xytext=(3, 2), textcoords="offset points", color="#555")
+            ax.set_title(_text(choice.group), fontsize=9.5)
+            ax.set_xlabel("e2e p95 (ms)")
+            ax.set_ylabel("goodput (req/s within the SLO)" if goodput else "requests / s")
+            ax.legend(fontsize=7.5, loc="best")
+    caption = ("Each line is one serving setting, each point one load level: up and to the left is better. ★: the "
+               "setting that meets the latency limits at the highest " + ("goodput." if goodput else "throughput (no SLO was set)."))
+    return Plot("plot-settings", title, caption, _svg(fig, "plot-settings", title))

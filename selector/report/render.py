@@ -19,7 +19,7 @@ from markupsafe import Markup
 from selector.report import samples as sample_outputs
 from selector.report import load_view, sections, view
 from selector.report.plots import Plot, accuracy_by_task, accuracy_vs_latency, accuracy_vs_memory
-from selector.report.plots_load import latency_vs_concurrency, throughput_vs_latency
+from selector.report.plots_load import latency_vs_concurrency, settings_tradeoff, throughput_vs_latency
 from selector.types import SCHEMA_VERSION, RunRecord, SampleRecord, Selection
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -30,7 +30,7 @@ def all_plots(records: list[RunRecord], selection: Selection) -> list[Plot]:
     """Every figure the data supports, in report order."""
     plots = [accuracy_by_task(records, selection), accuracy_vs_memory(records, selection),
              accuracy_vs_latency(records, selection), latency_vs_concurrency(records),
-             throughput_vs_latency(records)]
+             throughput_vs_latency(records), settings_tradeoff(records, selection)]
     return [p for p in plots if p is not None]
 
 
@@ -45,7 +45,7 @@ def build_view(records: list[RunRecord], selection: Selection, context: dict[str
         "summary": view.summary(records, selection),
         "variants": view.variant_table(records, selection),
         "search": sections.search(records, context),
-        "load": load_view.load_section(records),
+        "load": load_view.load_section(records, selection),
         "plots": all_plots(records, selection) if with_plots else [],
         "paired": sections.paired_table(records, selection),
         "sensitivity": sections.dict_table(selection.sensitivity),

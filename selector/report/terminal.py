@@ -17,7 +17,7 @@ from selector.report import fmt
 from selector.report.view import (
     best_throughput, order_records, task_floor, task_names, verdict_status, verdicts_by_variant,
 )
-from selector.types import RunRecord, Selection, TaskResult, Verdict
+from selector.types import RunRecord, Selection, SettingChoice, TaskResult, Verdict
 
 VERDICT_STYLE = {"winner": "bold white on blue", "eligible": "green", "rejected": "dark_orange",
                  "stopped": "dark_orange", "failed": "bold red", "skipped": "dim", "not_needed": "dim"}
@@ -83,11 +83,11 @@ def render_terminal_summary(records: list[RunRecord], selection: Selection) -> R
     for warning in selection.warnings:
         body.append(Text(f"! {warning}", style="yellow"))
     panel = Panel(Group(*body), title="Recommendation", title_align="left", border_style="blue")
-    load = _load_table(records)
+    load = _load_table(records, selection.settings)
     return Group(panel, table, load) if load is not None else Group(panel, table)
 
 
-def _load_table(records: list[RunRecord]) -> RenderableType | None:
+def _load_table(records: list[RunRecord], settings: list[SettingChoice]) -> RenderableType | None:
     """Per variant and load level: throughput, e2e p95 and the layer its time goes to; below, each
     variant's diagnosis at its heaviest level (the report has every level's)."""
     from selector.serving.diagnosis import SHORT, Serving, diagnose_ladder, headline
@@ -117,7 +117,7 @@ def _load_table(records: list[RunRecord]) -> RenderableType | None:
             line = Text(f"{r.name}: ", style="bold")
             line.append(worst.text)
             lines.append(line)
-    return Group(table, *lines)
+    return Group(table, *lines, *(Text(f"Serving settings: {c.summary}", style="bold") for c in settings))
 
 
 def print_terminal_summary(records: list[RunRecord], selection: Selection, *, console: Console | None = None,

@@ -11,6 +11,7 @@ from selector.errors import ConfigError
 from selector.selection.analysis import pareto_front, sample_size_advice, sensitivity
 from selector.selection.checks import validate_policy
 from selector.selection.evidence import Evidence, gather, paired_diff
+from selector.selection.knobs import choose_settings
 from selector.selection.measures import e2e_p50_ms, weight_gb
 from selector.selection.precision import pick_baseline, pick_reference
 from selector.selection.ranking import Ranking, format_objective, objective_value, rank
@@ -56,6 +57,7 @@ def select(
         sample_size=sample_size_advice(evidence, ranking, policy.confidence),
         noise_floor=noise,
         warnings=warnings + collect_warnings(records, evidence, ranking, policy, reference, noise, sens),
+        settings=choose_settings(records, policy),
     )
 
 

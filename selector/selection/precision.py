@@ -72,6 +72,7 @@ def pick_baseline(record: RunRecord, records: list[RunRecord]) -> RunRecord | No
     """The same model at the sweep's baseline precision (config `baseline_precision`), else at
     the highest precision present; None for the baseline itself or when nothing else is there."""
     same = [r for r in records if r.status == "completed" and r.tasks and r.variant.model == record.variant.model]
+    same = [r for r in same if r.variant.setting == record.variant.setting] or same  # its own serving setting first
     wanted = record.config.get("baseline_precision")
     named = [r for r in same if r.variant.precision == wanted]
     pool = named or same

@@ -1,5 +1,6 @@
 """Apply the policy's constraints to every completed variant and rank the eligible ones by the
-objective (lower is better); ties go to the higher accuracy, then to the name."""
+objective (lower is better); ties go to the higher accuracy, then, between serving settings of one
+model x precision, to the better setting (selection.knobs), then to the name."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from selector.config import PolicyConfig
 from selector.selection.checks import build_checks
 from selector.selection.evidence import Evidence
+from selector.selection.knobs import setting_rank, shared_objectives
 from selector.selection.measures import cost_per_million_tokens, e2e_p50_ms, weight_gb
 from selector.types import Check, RunRecord
 
@@ -65,9 +67,12 @@ def rank(
         name for name in evidence
         if objectives[name] is not None and all(c.passed for c in checks[name])
     ]  # fmt: skip
+    records = {name: ev.record for name, ev in evidence.items()}
+    shared = shared_objectives(records, objectives, policy.objective)
+    settings = setting_rank(list(records.values()), policy)  # settings of one model x precision: the best first
 
-    def order(name: str) -> tuple[float, float, str]:
+    def order(name: str) -> tuple[float, float, int, str]:
         score = evidence[name].score
-        return (objectives[name] or 0.0, -score if score is not None else math.inf, name)
+        return (shared[name] or 0.0, -score if score is not None else math.inf, settings.get(name, 0), name)
 
     return Ranking(checks, objectives, sorted(eligible, key=order))

@@ -53,6 +53,7 @@ def select_and_report(records: list[RunRecord], cfg: SelectorConfig, context: di
 def finish_sweep(base: Path, wall_s: float) -> None:
     from selector.report import print_terminal_summary
     from selector.trackers import make_tracker
+    from selector.trackers.naming import settings_tags
 
     state = read_state(base)
     adaptive = (state.get("search") or {}).get("strategy") == "adaptive"
@@ -84,7 +85,7 @@ def finish_sweep(base: Path, wall_s: float) -> None:
     }
     tags = {"selector.status": "completed", "selector.winner": selection.winner or "none",
             "selector.search": (state.get("search") or {}).get("strategy", "grid"),
-            "mlflow.note.content": selection.summary}
+            "mlflow.note.content": selection.summary, **settings_tags(selection)}
     tracker.finish_sweep(state.get("parent_run_id"), metrics, tags, list(paths.values()))
     _log_flips(tracker, records, selection)
     print_terminal_summary(records, selection)

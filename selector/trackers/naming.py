@@ -141,3 +141,12 @@ def flip_metrics(verdict: Any) -> dict[str, float]:
     to_wrong, to_right = sum(d.flips_to_wrong for d in diffs), sum(d.flips_to_right for d in diffs)
     return {"fidelity/flips_to_wrong": to_wrong, "fidelity/flips_to_right": to_right,
             "fidelity/flip_rate": (to_wrong + to_right) / n}
+
+
+def settings_tags(selection: Any) -> dict[str, str]:
+    """The sweep run's tags for its serving-settings comparison: per model x precision, the best setting."""
+    tags = {}
+    for choice in selection.settings:
+        best = next((r for r in choice.results if r.variant == choice.best), None)
+        tags[f"selector.best_setting.{choice.group}"] = setting_label(best.setting) if best else "none"
+    return tags

@@ -15,7 +15,7 @@ def test_report_from_real_selection(tmp_path: Path) -> None:
     selection = select(records, PolicyConfig(floors=dict(FLOORS)), n_resamples=200)
     assert selection.winner is not None
     html = write_report(records, selection, context, tmp_path)["html"].read_text()
-    variants = html[html.index('id="variants"'):html.index('id="plots"')]
+    variants = html[html.index('id="variants"'):html.index('</section>', html.index('id="variants"'))]
     assert variants.count("<tr") == len(records) + 1
     winner_row = variants[variants.index('class="winner-row"'):]
     assert winner_row[:winner_row.index("</tr>")].count(selection.winner) == 1
