@@ -6,6 +6,7 @@
   python -m selector plan [overrides]   the grid a sweep would run, with memory estimates per variant
   python -m selector sync --from --to   copy sweeps between MLflow stores (local fallback -> server)
   python -m selector evalset ...        import / export lm-evaluation-harness tasks
+  python -m selector compare A B        two sweeps side by side: config changes, what moved beyond noise
 """
 
 from __future__ import annotations

@@ -214,6 +214,7 @@ class SelectorConfig:
     force: bool = False  # re-run variants that already have a completed record
     time_limit_s: Optional[float] = None  # per variant; the worker is killed past it
     memory_limit_gb: Optional[float] = None  # per variant address-space cap (CPU), where supported
+    compare_to: Optional[str] = None  # an earlier sweep (folder or MLflow parent run id): the report compares with it
 
 
 GROUPS = ("model", "precision", "evalset", "engine", "tracker", "policy", "measure", "calibration")

@@ -11,6 +11,7 @@ COMMANDS = {  # name -> module
     "plan": "selector.commands.plan",
     "sync": "selector.commands.sync",
     "evalset": "selector.commands.evalset",
+    "compare": "selector.commands.compare",
 }
 
 

@@ -65,6 +65,15 @@ def _select(args: argparse.Namespace) -> int:
     samples = load_samples(base) if not args.mlflow_run else None  # the outputs shown in the report
     out = args.out or base / f"report-{time.strftime('%Y%m%d-%H%M%S')}"
     context = report_context(cfg, state, base, 0.0)
+    if cfg.compare_to:  # the sweep named a predecessor: the new report compares with it too
+        from selector.report.compare import Side
+        from selector.sweep.end import compare_with
+
+        from selector.sweep.state import read_state
+
+        kept = read_state(base) if not args.mlflow_run else state
+        context["comparison"] = compare_with(cfg, Side(str(args.mlflow_run or args.source), records, recorded,
+                                                       kept.get("parent_run_id"), started_at=kept.get("started_at")))
     selection, paths = select_and_report(records, cfg, context, out, samples)
     print_terminal_summary(records, selection)
     partial = [r for r in records if r.status in ("stopped", "not_needed")]

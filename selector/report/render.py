@@ -17,7 +17,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from selector.report import samples as sample_outputs
-from selector.report import load_view, sections, view
+from selector.report import compare_view, load_view, sections, view
 from selector.report.plots import Plot, accuracy_by_task, accuracy_vs_latency, accuracy_vs_memory
 from selector.report.plots_load import latency_vs_concurrency, settings_tradeoff, throughput_vs_latency
 from selector.types import SCHEMA_VERSION, RunRecord, SampleRecord, Selection
@@ -46,6 +46,7 @@ def build_view(records: list[RunRecord], selection: Selection, context: dict[str
         "variants": view.variant_table(records, selection),
         "search": sections.search(records, context),
         "load": load_view.load_section(records, selection),
+        "comparison": compare_view.section(context.get("comparison"), brief=True),
         "plots": all_plots(records, selection) if with_plots else [],
         "paired": sections.paired_table(records, selection),
         "sensitivity": sections.dict_table(selection.sensitivity),
@@ -124,3 +125,8 @@ def write_report(records: list[RunRecord], selection: Selection, context: dict[s
     paths["md"].write_text(render_markdown(data), encoding="utf-8")
     paths["json"].write_text(report_json(records, selection, context), encoding="utf-8")
     return paths
+
+
+def render_comparison_markdown(comparison: dict[str, Any]) -> str:
+    """`python -m selector compare`'s Markdown: the configs' differences and what moved."""
+    return _environment(autoescape=False).get_template("compare.md.j2").render(c=compare_view.section(comparison))

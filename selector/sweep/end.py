@@ -70,6 +70,12 @@ def finish_sweep(base: Path, wall_s: float) -> None:
         context["search"] = {**state["search"], "savings": saved}
     from selector.report.samples import load_samples
 
+    if cfg.compare_to:
+        from selector.report.compare import Side
+
+        context["comparison"] = compare_with(cfg, Side(str(base), records, state.get("config") or {},
+                                                       state.get("parent_run_id"), state.get("tracking_uri", ""),
+                                                       state.get("started_at")))
     selection, paths = select_and_report(records, cfg, context, base / "report", load_samples(base))
     tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
     metrics = {
@@ -87,6 +93,7 @@ def finish_sweep(base: Path, wall_s: float) -> None:
             "selector.search": (state.get("search") or {}).get("strategy", "grid"),
             "mlflow.note.content": selection.summary, **settings_tags(selection)}
     tracker.finish_sweep(state.get("parent_run_id"), metrics, tags, list(paths.values()))
+    _log_comparison(context.get("comparison"), state, base)
     _log_flips(tracker, records, selection)
     print_terminal_summary(records, selection)
     if saved:
@@ -95,6 +102,35 @@ def finish_sweep(base: Path, wall_s: float) -> None:
     hint = tracker.ui_hint(state.get("parent_run_id"), [r.mlflow_run_id for r in records if r.mlflow_run_id])
     if hint:
         print("MLflow: " + "\n        ".join(hint))
+
+
+def compare_with(cfg: SelectorConfig, this: Any) -> dict[str, Any]:
+    """This sweep against the one it names (compare_to), for its report; a failure is said there."""
+    from selector.commands.compare import compare_sides, load_sweep
+    from selector.errors import UserError
+    from selector.trackers import make_tracker
+
+    try:
+        before = load_sweep(str(cfg.compare_to), lambda: make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir))
+        return compare_sides(before, this)
+    except UserError as e:  # checked before the sweep started; the predecessor may have moved since
+        log.warning("%s", e)
+        return {"error": str(e), "a": {"label": cfg.compare_to}, "b": {"label": this.label}}
+
+
+def _log_comparison(comparison: dict[str, Any] | None, state: dict[str, Any], base: Path) -> None:
+    """The comparison's own files beside the report, and on this sweep's parent run."""
+    if not comparison or comparison.get("error"):
+        return
+    from selector.commands.compare import write_comparison
+    from selector.report.compare_view import headline
+    from selector.trackers.comparison import log_comparison
+
+    paths = write_comparison(comparison, base / "report")
+    if state.get("parent_run_id") and state.get("tracking_uri"):
+        tags = {"selector.compared_to": comparison["a"].get("parent_run_id") or comparison["a"]["label"],
+                "selector.comparison": headline(comparison)}
+        log_comparison(state["tracking_uri"], state["parent_run_id"], list(paths.values()), tags)
 
 
 def _memory_metrics(records: list[RunRecord]) -> dict[str, float]:

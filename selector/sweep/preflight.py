@@ -143,6 +143,7 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
         p.setting = setting_of(p.cfg, knobs)
     policy_notices(planned[0].cfg, notices)
     check_engine_and_load(planned[0].cfg, choices)
+    check_compare_to(planned[0].cfg)
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
 
@@ -192,6 +193,19 @@ def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
 
         check_slo(cfg.measure.load.slo)
         levels_of(cfg.measure.load)
+
+
+def check_compare_to(cfg: SelectorConfig) -> None:
+    """compare_to must name a sweep that can be read now, not only when this one ends."""
+    if not cfg.compare_to:
+        return
+    from selector.commands.compare import load_sweep
+    from selector.trackers import make_tracker
+
+    try:
+        load_sweep(str(cfg.compare_to), lambda: make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir))
+    except UserError as e:
+        raise ConfigError("command line", "compare_to", str(e).removeprefix("compare: ")) from None
 
 
 def reference_variant(planned: list[PlannedVariant]) -> str | None:
