@@ -25,6 +25,7 @@ from selector.types import LoadLevel, Percentiles, RunRecord
 
 RELATIVE = 0.05  # the least change that is not noise, relative to the earlier value
 Z = 1.96
+EPS = 1e-9  # 17/20 - 18/20 is not exactly -0.05 in floating point
 _PHI = {"p50": (0.50, 0.3989), "p90": (0.90, 0.1755), "p95": (0.95, 0.1031), "p99": (0.99, 0.0267)}  # q, density at z_q
 PER_VARIANT_AXES = ("model", "precision")  # vary between a sweep's variants: compared as variants, not as config
 BOOKKEEPING = ("compare_to",)
@@ -89,7 +90,7 @@ def latency_noise(a: Percentiles, b: Percentiles, stat: str) -> float:
 def verdict(change: float, noise: float | None, higher_is_better: bool) -> str:
     if change == 0:
         return "same"
-    if noise is not None and abs(change) <= noise:
+    if noise is not None and abs(change) <= noise + EPS:
         return "within noise"
     return "better" if (change > 0) == higher_is_better else "worse"
 
@@ -123,11 +124,12 @@ def accuracy_rows(name: str, ra: RunRecord, rb: RunRecord) -> list[dict[str, Any
     return rows
 
 
-def _pct_rows(name: str, label: str, pa: Percentiles | None, pb: Percentiles | None) -> list[dict[str, Any]]:
+def _pct_rows(name: str, label: str, pa: Percentiles | None, pb: Percentiles | None,
+              stats: tuple[str, ...] = ("p50", "p95", "p99")) -> list[dict[str, Any]]:
     if pa is None or pb is None:
         return []
     rows = [_row(name, f"{label} {stat}", "ms", getattr(pa, stat), getattr(pb, stat), latency_noise(pa, pb, stat),
-                 False, "each run's own spread") for stat in ("p50", "p95", "p99")]
+                 False, "each run's own spread") for stat in stats]
     return [r for r in rows if r]
 
 
@@ -162,6 +164,8 @@ def perf_rows(name: str, ra: RunRecord, rb: RunRecord) -> list[dict[str, Any]]:
         rows += _once(name, f"{level} goodput", "req/s", a.goodput_rps, b.goodput_rps, True)
         rows += _pct_rows(name, f"{level} TTFT", a.ttft_ms, b.ttft_ms)
         rows += _pct_rows(name, f"{level} e2e", a.e2e_ms, b.e2e_ms)
+        for part, label in (("queue_ms", "queue"), ("batch_wait_ms", "batch wait"), ("compute_ms", "compute")):
+            rows += _pct_rows(name, f"{level} {label}", getattr(a, part), getattr(b, part), ("p50", "p95"))
     return rows
 
 

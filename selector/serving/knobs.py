@@ -64,7 +64,8 @@ def check_engine_knobs(cfg: Any, given: Iterable[str], swept: Iterable[str]) -> 
              if not cfg.engine.server_command else "a server the harness starts (engine.server_command), "
              "which batches requests itself")
     raise ConfigError("command line", asked[0], (
-        f"engine=openai load-tests {where}; {', '.join(KNOBS[k] for k in asked)} belong to the in-process batcher "
+        f"engine=openai load-tests {where}; {' and '.join(KNOBS[k] for k in asked)} "
+        f"{'belongs' if len(asked) == 1 else 'belong'} to the in-process batcher "
         "(engine=hf). Set the server's own batching in its command (vLLM --max-num-seqs, TGI --max-batch-size), "
         "or drop this override"))
 

@@ -1,0 +1,130 @@
+"""Two sweeps compared on hand-built records: config differences, variants matched, each change
+against its noise; and `python -m selector compare` on folders that are not sweeps or share no
+variant (one line, exit 2)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from selector.report.compare import Side, compare, config_diff, latency_noise, match_variants, verdict
+from selector.report.compare_view import changes_table, headline
+from selector.types import LoadLevel, MemoryResult, Percentiles, PerfResult, RunRecord, TaskResult, Variant
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pct(p50: float, p90: float, n: int = 32) -> Percentiles:
+    return Percentiles(p50=p50, p90=p90, p95=p90 * 1.05, p99=p90 * 1.1, mean=p50, n=n)
+
+
+def rec(precision: str = "bf16", *, right: int = 18, e2e: float = 1000.0, rps: float = 2.0,
+        setting: dict | None = None, status: str = "completed") -> RunRecord:
+    scores = {f"a-{i}": 1.0 if i < right else 0.0 for i in range(20)}
+    level = LoadLevel(concurrency=4, requests=32, errors=0, duration_s=16.0, request_throughput=rps,
+                      output_tokens_per_s=8 * rps, e2e_ms=pct(e2e, e2e * 1.2))
+    return RunRecord(key=f"{precision}-{right}-{e2e}", status=status,  # type: ignore[arg-type]
+                     variant=Variant(model="smol", precision=precision, setting=setting or {}),
+                     tasks={"arith": TaskResult(task="arith", metric="accuracy", value=right / 20, ci_low=0, ci_high=1,
+                                                n=20, item_scores=scores)},
+                     perf=PerfResult(device="cpu", load=[level]), memory=MemoryResult(weight_bytes=270_000_000))
+
+
+def side(label: str, *records: RunRecord, delay: float = 10.0) -> Side:
+    config = {"model": {"name": "smol"}, "precision": {"name": "bf16"}, "seed": 0,
+              "measure": {"load": {"max_queue_delay_ms": delay, "max_batch_size": 8}}, "compare_to": None}
+    return Side(label, list(records), config)
+
+
+def rows_of(comparison: dict, measure: str) -> dict:
+    return next(r for r in comparison["rows"] if r["measure"] == measure)
+
+
+def test_config_diff_names_only_what_changed() -> None:
+    a = side("A", rec()).config
+    b = {**side("B", rec(), delay=50).config, "model": {"name": "other"}, "compare_to": "A"}
+    assert config_diff(a, b) == [{"key": "measure.load.max_queue_delay_ms", "a": 10.0, "b": 50}]
+
+
+def test_latency_noise_is_each_runs_own_spread_with_a_relative_floor() -> None:
+    a, b = pct(1000, 1256.32, n=32), pct(1000, 1256.32, n=32)  # sigma = 200 ms
+    se = 200 * math.sqrt(0.25 / 32) / 0.3989
+    assert latency_noise(a, b, "p50") == pytest.approx(1.96 * math.hypot(se, se), rel=1e-3)
+    tight = pct(1000, 1001, n=1000)
+    assert latency_noise(tight, tight, "p50") == pytest.approx(50.0)  # 5% of A when the runs barely spread
+    assert verdict(-80.0, 50.0, higher_is_better=False) == "better"
+    assert verdict(30.0, 50.0, higher_is_better=False) == "within noise"
+    assert verdict(0.0, None, True) == "same" and verdict(0.2, None, True) == "better"
+
+
+def test_changes_are_judged_against_noise() -> None:
+    # B: same items right, tail 40% slower at c=4, throughput 1% lower (measured once: within 5%).
+    comparison = compare(side("A", rec()), side("B", rec(e2e=1400, rps=1.98), delay=50))
+    assert comparison["variants"] == ["smol/bf16"] and comparison["only_a"] == comparison["only_b"] == []
+    assert rows_of(comparison, "accuracy arith")["verdict"] == "same"
+    slower = rows_of(comparison, "c=4 e2e p50")
+    assert slower["change"] == pytest.approx(400) and slower["verdict"] == "worse"
+    assert rows_of(comparison, "c=4 req/s")["verdict"] == "within noise"
+    assert rows_of(comparison, "weight memory")["verdict"] == "same"
+    assert headline(comparison).startswith("1 config key differs (measure.load.max_queue_delay_ms)")
+    moved = changes_table(comparison, only_moved=True)
+    assert {row[1].text for row in moved.rows} >= {"c=4 e2e p50", "accuracy arith"}
+    assert "c=4 req/s" not in {row[1].text for row in moved.rows}
+
+
+def test_accuracy_within_the_paired_interval_is_noise_and_beyond_it_is_not() -> None:
+    one_flip = compare(side("A", rec(right=18)), side("B", rec(right=17)))
+    assert rows_of(one_flip, "accuracy arith")["verdict"] == "within noise"
+    assert "paired 95% CI over 20 items" in rows_of(one_flip, "accuracy arith")["noise_from"]
+    many = compare(side("A", rec(right=18)), side("B", rec(right=6)))
+    assert rows_of(many, "accuracy arith")["verdict"] == "worse"
+
+
+def test_variants_match_by_name_then_by_model_and_precision() -> None:
+    plain, labelled = rec(), rec(setting={"max_batch_size": 4})
+    assert [(a.name, b.name) for a, b in match_variants([plain], [labelled])] == \
+        [("smol/bf16", "smol/bf16 [max_batch_size=4]")]
+    two = [rec(setting={"max_batch_size": 4}), rec(setting={"max_batch_size": 8})]
+    assert match_variants([plain], two) == []  # which of the two is ambiguous
+    with pytest.raises(ValueError, match="no completed variant in common: A has smol/bf16; B has smol/int8"):
+        compare(side("A", plain), side("B", rec("int8")))
+
+
+def _write_sweep(folder: Path, record: RunRecord) -> Path:
+    record.save(folder / record.variant.model / record.variant.precision / "record.json")
+    (folder / "sweep.json").write_text(json.dumps({"config": side("x", record).config, "started_at": 1.0}))
+    return folder
+
+
+def _compare(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "selector", "compare", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+
+
+def test_compare_command_errors_are_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    a = _write_sweep(tmp_path / "a", rec())
+    b = _write_sweep(tmp_path / "b", rec("int8"))
+    for args, needle in (((str(empty), str(a)), "not a sweep folder (no sweep.json and no record.json under it)"),
+                         ((str(a), str(tmp_path / "nowhere")), "no such folder, and not an MLflow run id"),
+                         ((str(a), str(b)), "no completed variant in common")):
+        result = _compare(*args)
+        assert result.returncode == 2, result.stderr
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: compare: ") and needle in lines[0], result.stderr
+
+
+def test_compare_command_writes_its_table(tmp_path: Path) -> None:
+    a = _write_sweep(tmp_path / "a", rec())
+    b = _write_sweep(tmp_path / "b", rec(e2e=1400))
+    result = _compare(str(a), str(b), "--out", str(tmp_path / "cmp"))
+    assert result.returncode == 0, result.stderr
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| smol/bf16 | c=4 e2e p50 | 1,000 ms | 1,400 ms | +400 ms |" in md
+    assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["variants"] == ["smol/bf16"]
