@@ -113,7 +113,8 @@ def _folder(path: Path, label: str) -> Side:
     if not records:
         raise UserError(f"compare: {label}: a sweep folder without variant records (record.json): did it run?")
     config = state.get("config") or records[0].config
-    return Side(label, records, config, state.get("parent_run_id"), state.get("tracking_uri", ""), state.get("started_at"))
+    return Side(label, records, config, state.get("parent_run_id"), state.get("tracking_uri", ""),
+                state.get("started_at"))
 
 
 def later(a: Side, b: Side) -> Side:

@@ -117,7 +117,8 @@ def accuracy_rows(name: str, ra: RunRecord, rb: RunRecord) -> list[dict[str, Any
         if diff is not None:
             # The interval's reach toward 0: the change is within it exactly when the interval holds 0.
             toward_zero = diff.diff - diff.ci_low if diff.diff >= 0 else diff.ci_high - diff.diff
-            noise, how = max(toward_zero, floor), f"paired 95% CI over {diff.n} items" + (" and noise floor" if floor else "")
+            noise = max(toward_zero, floor)
+            how = f"paired 95% CI over {diff.n} items" + (" and noise floor" if floor else "")
         row = _row(name, f"accuracy {task}", "%", ta.value, tb.value, noise, ta.higher_is_better, how)
         if row:
             rows.append(row)
@@ -154,8 +155,8 @@ def perf_rows(name: str, ra: RunRecord, rb: RunRecord) -> list[dict[str, Any]]:
     ta = {p.batch_size: p for p in (ra.perf.throughput if ra.perf else [])}
     tb = {p.batch_size: p for p in (rb.perf.throughput if rb.perf else [])}
     for size in sorted(ta.keys() & tb.keys()):
-        rows += _once(name, f"tok/s at batch {size}", "tok/s", ta[size].output_tokens_per_s, tb[size].output_tokens_per_s,
-                      True)
+        rows += _once(name, f"tok/s at batch {size}", "tok/s", ta[size].output_tokens_per_s,
+                      tb[size].output_tokens_per_s, True)
     levels_a, levels_b = _levels(ra), _levels(rb)
     for level in [k for k in levels_a if k in levels_b]:
         a, b = levels_a[level], levels_b[level]
@@ -187,7 +188,9 @@ def compare(a: Side, b: Side) -> dict[str, Any]:
     """The comparison as plain data; raises ValueError naming what is missing when no variant is in both."""
     pairs = match_variants(a.records, b.records)
     if not pairs:
-        names = lambda side: ", ".join(sorted(r.name for r in side.records if r.status == "completed")) or "none"  # noqa: E731
+        def names(side: Side) -> str:
+            return ", ".join(sorted(r.name for r in side.records if r.status == "completed")) or "none"
+
         raise ValueError(f"no completed variant in common: {a.label} has {names(a)}; {b.label} has {names(b)}")
     matched_a, matched_b = {ra.name for ra, _ in pairs}, {rb.name for _, rb in pairs}
     rows: list[dict[str, Any]] = []

@@ -69,14 +69,16 @@ def split_table(records: list[RunRecord]) -> Table:
     parts = ["queue", "batch_wait", "compute"] + (["other"] if has_other else [])
     table = Table(columns=["variant", "level", "e2e p95 ms", *(SHORT[p] for p in parts), "source", "diagnosis"])
     for name, lv, d in rows:
-        cells = [Cell(name, "name"), Cell(short_level(lv)), Cell(fmt.millis(lv.e2e_ms.p95 if lv.e2e_ms else None), "num")]
+        e2e = fmt.millis(lv.e2e_ms.p95 if lv.e2e_ms else None)
+        cells = [Cell(name, "name"), Cell(short_level(lv)), Cell(e2e, "num")]
         for part in parts:
             share = d.shares.get(part)
             dist = getattr(lv, f"{part}_ms", None)
             sub = f"p95 {fmt.millis(dist.p95)} ms" if dist is not None else ""
-            kind = "num strong" if part == d.dominant else "num"
-            cells.append(Cell(f"{share:.0%}" if share is not None else fmt.DASH, kind if share is not None else "num muted",
-                              sub=sub))
+            if share is None:
+                cells.append(Cell(fmt.DASH, "num muted", sub=sub))
+            else:
+                cells.append(Cell(f"{share:.0%}", "num strong" if part == d.dominant else "num", sub=sub))
         cells += [Cell(_source(lv)), Cell(d.finding, "reasons")]
         table.rows.append(cells)
     table.note = SPLIT_NOTE
@@ -100,10 +102,10 @@ def settings_table(selection: Selection) -> Table | None:
                 Cell(fmt.millis(r.e2e_p95_ms), "num"),
             ])
     basis = {c.basis for c in selection.settings}
-    table.note = ("Settings share their model's scored items, so accuracy is the same; each row is one serving setting's "
-                  "load test. Goodput: the highest, over its levels, of the requests per second meeting measure.load.slo"
-                  + (" (no SLO was set: every successful request counts)" if "throughput" in basis else "")
-                  + "; latency limits: policy.latency_limits. Best first, in bold.")
+    table.note = ("Settings share their model's scored items, so accuracy is the same; each row is one serving "
+                  "setting's load test. Goodput: the highest, over its levels, of the requests per second meeting "
+                  "measure.load.slo" + (" (no SLO was set: every successful request counts)" if "throughput" in basis
+                                        else "") + "; latency limits: policy.latency_limits. Best first, in bold.")
     return table
 
 

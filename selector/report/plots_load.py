@@ -110,8 +110,9 @@ def settings_tradeoff(records: list[RunRecord], selection: Selection) -> Plot | 
                 best = result.variant == choice.best
                 xs = [lv.e2e_ms.p95 for lv in levels]  # type: ignore[union-attr]
                 ys = [(lv.goodput_rps or 0.0) if goodput else lv.request_throughput for lv in levels]
+                label = _text(setting_label(result.setting)) + (" ★" if best else "")
                 ax.plot(xs, ys, lw=2.4 if best else 1.2, marker=MARKERS[i % len(MARKERS)], ms=5,
-                        color=OKABE_ITO[i % len(OKABE_ITO)], label=_text(setting_label(result.setting)) + (" ★" if best else ""))
+                        color=OKABE_ITO[i % len(OKABE_ITO)], label=label)
                 for lv, x, y in zip(levels, xs, ys):
                     tag = f"c={lv.concurrency}" if lv.concurrency is not None else f"{lv.rate_rps:g}/s"
                     ax.annotate(tag, (x, y), fontsize=7, xytext=(3, 2), textcoords="offset points", color="#555")
@@ -120,5 +121,6 @@ def settings_tradeoff(records: list[RunRecord], selection: Selection) -> Plot | 
             ax.set_ylabel("goodput (req/s within the SLO)" if goodput else "requests / s")
             ax.legend(fontsize=7.5, loc="best")
     caption = ("Each line is one serving setting, each point one load level: up and to the left is better. ★: the "
-               "setting that meets the latency limits at the highest " + ("goodput." if goodput else "throughput (no SLO was set)."))
+               "setting that meets the latency limits at the highest "
+               + ("goodput." if goodput else "throughput (no SLO was set)."))
     return Plot("plot-settings", title, caption, _svg(fig, "plot-settings", title))

@@ -67,8 +67,8 @@ def choose_settings(records: list[RunRecord], policy: PolicyConfig) -> list[Sett
         results = sorted((setting_result(r, policy, slo) for r in rs), key=_order)
         best = results[0] if results[0].meets and results[0].goodput_rps else None
         out.append(SettingChoice(group=group, basis="goodput" if slo else "throughput",
-                                 best=best.variant if best else None, summary=_summary(group, results, best, slo, policy),
-                                 results=results))
+                                 best=best.variant if best else None,
+                                 summary=_summary(group, results, best, slo, policy), results=results))
     return out
 
 
@@ -84,8 +84,8 @@ def _summary(group: str, results: list[SettingResult], best: SettingResult | Non
     against = ", ".join(f"{r.goodput_rps or 0:.3g} for {setting_label(r.setting)}"
                         + ("" if r.meets else f" (misses {r.detail})") for r in others)
     limits = "meets the latency limits at" if policy.latency_limits else "has"
-    caveat = "" if slo or policy.latency_limits else (" No latency SLO was set (measure.load.slo, policy.latency_limits),"
-                                                      " so this is throughput alone.")
+    caveat = "" if slo or policy.latency_limits else (
+        " No latency SLO was set (measure.load.slo, policy.latency_limits), so this is throughput alone.")
     return (f"{group}: {setting_label(best.setting)} {limits} the highest {what}, {best.goodput_rps:.3g} {unit} at "
             f"{best.level} (e2e p95 {best.e2e_p95_ms or 0:.0f} ms), against {against}.{caveat}")
 
@@ -110,5 +110,9 @@ def shared_objectives(records: dict[str, RunRecord], objectives: dict[str, float
         value = objectives.get(name)
         if r.variant.setting and value is not None:
             best[r.variant.base_name] = min(value, best.get(r.variant.base_name, value))
-    return {name: best.get(records[name].variant.base_name, value) if records[name].variant.setting and value is not None
-            else value for name, value in objectives.items()}
+    shared = {}
+    for name, value in objectives.items():
+        record = records[name]
+        grouped = record.variant.setting and value is not None
+        shared[name] = best.get(record.variant.base_name, value) if grouped else value
+    return shared

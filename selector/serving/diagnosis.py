@@ -142,7 +142,8 @@ def _advice(layer: str, level: LoadLevel, serving: Serving, lightest: LoadLevel 
         now = f" (now {delay:g} ms)" if delay is not None else ""
         few = (f" ({conc} in flight, fewer than max_batch_size={size})"
                if conc is not None and size is not None and conc < size else "")
-        return f"lower max_queue_delay_ms{now}, since batches do not fill at this load{few} and requests wait out the delay"
+        return (f"lower max_queue_delay_ms{now}, since batches do not fill at this load{few} and requests wait out "
+                "the delay")
     if layer == "other":
         return "look at the client, the network and the server's front end (HTTP, tokenizing, streaming)"
     base = ("the model's own time, which no batching knob removes; a smaller precision or model, a faster device, "

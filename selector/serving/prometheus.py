@@ -120,7 +120,8 @@ def split_source(after: dict[str, Histogram] | None) -> tuple[str, str]:
         return "", "the server has no Prometheus /metrics endpoint, so only the client's TTFT, ITL and e2e are known"
     found = [n for n in (*QUEUE_HISTOGRAMS, *COMPUTE_HISTOGRAMS) if n in after]
     if not found:
-        return "", ("the server's /metrics has no queue or compute histogram selector knows "
-                    f"({', '.join(QUEUE_HISTOGRAMS + COMPUTE_HISTOGRAMS)}), so only the client's TTFT, ITL and e2e are known")
+        known = ", ".join(QUEUE_HISTOGRAMS + COMPUTE_HISTOGRAMS)
+        return "", (f"the server's /metrics has no queue or compute histogram selector knows ({known}), so only the "
+                    "client's TTFT, ITL and e2e are known")
     source = next(server for prefix, server in SERVERS.items() if found[0].startswith(prefix))
     return source, ""

@@ -38,8 +38,11 @@ def sweeps(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> di
 
 def records(sweep_dir: Path) -> dict[str, dict[str, Any]]:
     doc = json.loads((sweep_dir / "report" / "report.json").read_text())
-    return {f"{r['variant']['model']}/{r['variant']['precision']} [max_batch_size={r['variant']['setting']['max_batch_size']}]": r
-            for r in doc["records"]}
+    out = {}
+    for r in doc["records"]:
+        v = r["variant"]
+        out[f"{v['model']}/{v['precision']} [max_batch_size={v['setting']['max_batch_size']}]"] = r
+    return out
 
 
 def test_two_settings_are_two_variants_everywhere(sweeps: dict[str, Any]) -> None:

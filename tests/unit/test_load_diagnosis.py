@@ -86,7 +86,8 @@ def test_no_split_says_why_and_errors_come_first() -> None:
     bare = bare.model_copy(update={"compute_ms": None})
     d = diagnose(bare, Serving("server"))
     assert d.dominant is None and d.basis == ""
-    assert d.text == "at concurrency 2, 3 of 16 requests failed; no split of the time: the server has no Prometheus /metrics endpoint"
+    assert d.text == ("at concurrency 2, 3 of 16 requests failed; no split of the time: the server has no Prometheus "
+                      "/metrics endpoint")
 
 
 def test_rate_levels_and_the_headline_is_the_heaviest_concurrency() -> None:
@@ -98,8 +99,8 @@ def test_rate_levels_and_the_headline_is_the_heaviest_concurrency() -> None:
 
 
 def test_serving_is_read_from_a_record_config() -> None:
-    assert Serving.of({"engine": {"kind": "hf"}, "measure": {"load": {"max_batch_size": 8, "max_queue_delay_ms": 5.0}}}) \
-        == Serving("inprocess", 8, 5.0)
+    config = {"engine": {"kind": "hf"}, "measure": {"load": {"max_batch_size": 8, "max_queue_delay_ms": 5.0}}}
+    assert Serving.of(config) == Serving("inprocess", 8, 5.0)
     assert Serving.of({"engine": {"kind": "openai"}}).kind == "server"
 
 
