@@ -292,7 +292,7 @@ class SettingResult(_Model):
 
     variant: str
     setting: dict[str, Any] = Field(default_factory=dict)
-    level: str = ""  # the load level of its best figure, "concurrency 8"
+    level: str = ""  # the load level compared at (the heaviest all settings ran), "concurrency 8"
     goodput_rps: float | None = None  # requests/s within measure.load.slo there (without one: all successful)
     e2e_p95_ms: float | None = None  # at that level
     meets: bool = True  # passes every policy.latency_limits key

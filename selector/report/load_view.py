@@ -90,7 +90,7 @@ def settings_table(selection: Selection) -> Table | None:
     if not selection.settings:
         return None
     limits = bool(selection.policy.get("latency_limits"))
-    table = Table(columns=["model / precision", "setting", "latency limits", "best level", "goodput req/s",
+    table = Table(columns=["model / precision", "setting", "latency limits", "compared at", "goodput req/s",
                            "e2e p95 ms"], compact=True)
     for choice in selection.settings:
         for r in choice.results:
@@ -103,8 +103,8 @@ def settings_table(selection: Selection) -> Table | None:
             ])
     basis = {c.basis for c in selection.settings}
     table.note = ("Settings share their model's scored items, so accuracy is the same; each row is one serving "
-                  "setting's load test. Goodput: the highest, over its levels, of the requests per second meeting "
-                  "measure.load.slo" + (" (no SLO was set: every successful request counts)" if "throughput" in basis
+                  "setting's load test, compared at the heaviest level all settings ran. Goodput: the requests per "
+                  "second meeting measure.load.slo" + (" (no SLO was set: every successful request counts)" if "throughput" in basis
                                         else "") + "; latency limits: policy.latency_limits. Best first, in bold.")
     return table
 

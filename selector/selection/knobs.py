@@ -2,10 +2,14 @@
 highest goodput.
 
 Settings of a model x precision share its scored items (so its accuracy) and its weights; what a
-serving knob changes is how the load test went. Per setting:
-- its goodput: the highest, over its load levels, of the requests per second that met every limit
-  of measure.load.slo (without that SLO, of every successful request: throughput);
-- whether it meets the policy's latency limits (policy.latency_limits, e.g. e2e_ms_p95@8).
+serving knob changes is how the load test went, and most under the heaviest load (at concurrency
+1 a batch never holds more than one request, whatever max_batch_size says). So the settings are
+compared at the heaviest load level they all ran (the highest concurrency, else the highest rate).
+Per setting:
+- its goodput there: the requests per second that met every limit of measure.load.slo (without
+  that SLO, every successful request: throughput);
+- whether it meets the policy's latency limits (policy.latency_limits, e.g. e2e_ms_p95@8), at
+  whatever levels they name.
 The best setting meets the limits at the highest goodput (ties: the lower e2e p95 there, then the
 name). Selection ranks settings of one model x precision in this order when the objective and
 accuracy leave them tied, so the recommendation and this comparison agree.
@@ -34,23 +38,37 @@ def _figure(level: LoadLevel, by_goodput: bool) -> float:
     return (level.goodput_rps or 0.0) if by_goodput else level.request_throughput
 
 
+def _key(level: LoadLevel) -> tuple[bool, float]:
+    """Heavier sorts later: any concurrency after any rate, then by its value."""
+    return (level.concurrency is not None, float(level.concurrency or level.rate_rps or 0.0))
+
+
+def heaviest_common(records: list[RunRecord]) -> tuple[bool, float] | None:
+    """The heaviest load level every one of these records ran, as _key gives it."""
+    sets = [{_key(lv) for lv in (r.perf.load if r.perf else [])} for r in records]
+    common = set.intersection(*sets) if sets else set()
+    return max(common) if common else None
+
+
 def _level_name(level: LoadLevel) -> str:
     return f"concurrency {level.concurrency}" if level.concurrency is not None else f"{level.rate_rps:g} req/s"
 
 
-def setting_result(record: RunRecord, policy: PolicyConfig, by_goodput: bool) -> SettingResult:
+def setting_result(record: RunRecord, policy: PolicyConfig, by_goodput: bool,
+                   at: tuple[bool, float] | None = None) -> SettingResult:
+    """One setting's figures at the level `at` (its own heaviest when None)."""
     levels = record.perf.load if record.perf else []
     failed = []
     for key, limit in sorted(policy.latency_limits.items()):
         value = latency_value(record, parse_latency_key(key))
         if value is None or value > limit:
             failed.append(f"{key} {'not measured' if value is None else f'{value:.0f} ms'} > {limit:g} ms")
-    best = max(levels, key=lambda lv: (_figure(lv, by_goodput), -(lv.e2e_ms.p95 if lv.e2e_ms else 0.0)), default=None)
+    level = next((lv for lv in levels if _key(lv) == at), None) or max(levels, key=_key, default=None)
     return SettingResult(
         variant=record.name, setting=record.variant.setting,
-        level=_level_name(best) if best else "",
-        goodput_rps=_figure(best, by_goodput) if best else None,
-        e2e_p95_ms=best.e2e_ms.p95 if best and best.e2e_ms else None,
+        level=_level_name(level) if level else "",
+        goodput_rps=_figure(level, by_goodput) if level else None,
+        e2e_p95_ms=level.e2e_ms.p95 if level and level.e2e_ms else None,
         meets=not failed, detail="; ".join(failed),
     )
 
@@ -64,7 +82,8 @@ def choose_settings(records: list[RunRecord], policy: PolicyConfig) -> list[Sett
     out = []
     for group, rs in sorted(setting_groups(records).items()):
         slo = any(((r.config.get("measure") or {}).get("load") or {}).get("slo") for r in rs)
-        results = sorted((setting_result(r, policy, slo) for r in rs), key=_order)
+        at = heaviest_common(rs)
+        results = sorted((setting_result(r, policy, slo, at) for r in rs), key=_order)
         best = results[0] if results[0].meets and results[0].goodput_rps else None
         out.append(SettingChoice(group=group, basis="goodput" if slo else "throughput",
                                  best=best.variant if best else None,

@@ -118,3 +118,13 @@ def test_old_records_without_a_setting_still_load(field: str) -> None:
     data = sweep()[0].model_dump()
     del data["variant"][field]
     assert RunRecord.model_validate(data).name == "smol/bf16"
+
+
+def test_settings_are_compared_at_the_heaviest_level_they_all_ran() -> None:
+    # At concurrency 1 the knob does nothing (a batch of one either way): the single-request noise
+    # favours size 1 there, but at concurrency 4, where batching works, size 4 serves more.
+    records = [setting_record(1, {1: (1.05, 1.05, 1250), 4: (1.03, 0.39, 4100)}),
+               setting_record(4, {1: (0.82, 0.82, 1600), 4: (1.22, 0.61, 3900), 8: (1.3, 0.2, 7000)})]
+    (choice,) = choose_settings(records, PolicyConfig())
+    assert choice.best == "smol/bf16 [max_batch_size=4]"
+    assert [(r.level, r.goodput_rps) for r in choice.results] == [("concurrency 4", 0.61), ("concurrency 4", 0.39)]
