@@ -11,6 +11,10 @@ Noise (docs/load-testing.md, "Comparing sweeps", states the same):
   drift by more than their own spread shows);
 - a figure measured once (requests/s, tokens/s, goodput, peak memory): 5% of the earlier value;
 - weight memory is exact: any change is real.
+Drift: when only measure.load.* keys differ (a serving change), the single-request figures (batch 1,
+measured outside the batcher) cannot have moved because of it; they are the control, and their e2e
+p50's relative change is the machine's drift between the two runs. A load figure that moved by no
+more than that is "within drift", not better or worse.
 
 Pure: records and configs in, plain data out (report.json and MLflow keep it as is).
 """
@@ -27,6 +31,8 @@ RELATIVE = 0.05  # the least change that is not noise, relative to the earlier v
 Z = 1.96
 EPS = 1e-9  # 17/20 - 18/20 is not exactly -0.05 in floating point
 _PHI = {"p50": (0.50, 0.3989), "p90": (0.90, 0.1755), "p95": (0.95, 0.1031), "p99": (0.99, 0.0267)}  # q, density at z_q
+CONTROL = "e2e (batch 1) p50"  # the drift between the runs, when the change is to serving only
+UNTOUCHED = ("(batch 1)", "tok/s at batch")  # measures a measure.load change cannot move
 PER_VARIANT_AXES = ("model", "precision")  # vary between a sweep's variants: compared as variants, not as config
 BOOKKEEPING = ("compare_to",)
 
@@ -200,6 +206,9 @@ def compare(a: Side, b: Side) -> dict[str, Any]:
     evalsets = {(ra.config.get("evalset_hash"), rb.config.get("evalset_hash")) for ra, rb in pairs}
     diff = config_diff(a.config, b.config)
     diff += [{"key": "evalset content (hash)", "a": ha, "b": hb} for ha, hb in sorted(evalsets, key=str) if ha != hb]
+    drift = {}
+    if diff and all(d["key"].startswith("measure.load.") for d in diff):
+        drift = {name: d for name in {r["variant"] for r in rows} if (d := apply_drift(rows, name)) is not None}
     busy = [side.label for side in (a, b)
             if any((r.environment.get("machine_load") or {}).get("busy") for r in side.records)]
     return {
@@ -211,4 +220,21 @@ def compare(a: Side, b: Side) -> dict[str, Any]:
         "only_b": sorted(r.name for r in b.records if r.name not in matched_b),
         "variants": [rb.name if ra.name == rb.name else f"{ra.name} → {rb.name}" for ra, rb in pairs],
         "rows": rows,
+        "drift": drift,
     }
+
+
+def apply_drift(rows: list[dict[str, Any]], variant: str) -> float | None:
+    """Mark one variant's rows against the drift its control shows; the drift (relative), or None."""
+    mine = [r for r in rows if r["variant"] == variant]
+    control = next((r for r in mine if r["measure"] == CONTROL), None)
+    if control is None or not control["a"]:
+        return None
+    drift = abs(control["change"]) / abs(control["a"])
+    for r in mine:
+        if any(mark in r["measure"] for mark in UNTOUCHED):
+            r["verdict"] = "control"
+        elif r["unit"] in ("ms", "req/s", "tok/s") and r["verdict"] in ("better", "worse") \
+                and abs(r["change"]) <= drift * abs(r["a"]) + EPS:
+            r["verdict"] = "within drift"
+    return drift

@@ -12,8 +12,12 @@ from selector.report.view import Cell, Table
 NOTE = ("Change: B minus A. Noise: accuracy, the paired 95% interval of the difference (and the noise floor, where "
         "measured); a latency percentile, 1.96 x the standard errors of both runs' own quantiles (from each run's "
         "spread) and at least 5% of A; a figure measured once (req/s, tok/s, goodput, peak memory), 5% of A; weight "
-        "memory is exact. 'within noise': no larger than that. docs/load-testing.md, 'Comparing sweeps'.")
-VERDICT_KIND = {"better": "num", "worse": "num below", "within noise": "num muted", "same": "num muted"}
+        "memory is exact. 'within noise': no larger than that. When only measure.load keys changed, the "
+        "single-request figures are the control ('control'), and a load figure that moved relatively no more than "
+        "the control's e2e p50 is 'within drift'. docs/load-testing.md, 'Comparing sweeps'.")
+VERDICT_KIND = {"better": "num", "worse": "num below", "within noise": "num muted", "same": "num muted",
+                "within drift": "num muted", "control": "num muted"}
+QUIET = ("same", "within noise", "within drift", "control")  # not moved by the change
 
 
 def _value(v: Any) -> str:
@@ -45,7 +49,7 @@ def changes_table(comparison: dict[str, Any], only_moved: bool = False) -> Table
     noise (accuracy rows stay: that it did not move is the news)."""
     table = Table(columns=["variant", "measure", "A", "B", "change", "noise", "verdict"])
     for r in comparison["rows"]:
-        if only_moved and r["verdict"] in ("same", "within noise") and not r["measure"].startswith("accuracy"):
+        if only_moved and r["verdict"] in QUIET and not r["measure"].startswith("accuracy"):
             continue
         noise = "exact" if r["noise_from"] == "exact" else fmt.DASH if r["noise"] is None else (
             f"±{abs(r['noise']) * 100:.1f} pp" if r["unit"] == "%" else f"±{number(abs(r['noise']), r['unit'])}")
@@ -73,6 +77,10 @@ def headline(comparison: dict[str, Any]) -> str:
     n = counts(comparison)
     moved = (f"{n.get('better', 0)} figures better, {n.get('worse', 0)} worse, "
              f"{n.get('within noise', 0) + n.get('same', 0)} within noise")
+    drift = comparison.get("drift") or {}
+    if drift:
+        moved += (f", {n.get('within drift', 0)} within drift (only serving keys changed, yet single-request e2e "
+                  f"p50, which they cannot move, moved {max(drift.values()):.0%}: the machine between the runs)")
     busy = comparison.get("busy") or []
     caveat = (f" The machine was busy during {', '.join(busy)}: latency and throughput changes there may be the "
               "machine, not the change.") if busy else ""

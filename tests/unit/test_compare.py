@@ -128,3 +128,30 @@ def test_compare_command_writes_its_table(tmp_path: Path) -> None:
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "| smol/bf16 | c=4 e2e p50 | 1,000 ms | 1,400 ms | +400 ms |" in md
     assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["variants"] == ["smol/bf16"]
+
+
+def test_a_serving_only_change_uses_single_request_latency_as_the_control() -> None:
+    from selector.types import LatencyResult
+
+    def with_single(record: RunRecord, e2e: float) -> RunRecord:
+        assert record.perf is not None
+        record.perf.latency = LatencyResult(ttft_ms=pct(e2e / 4, e2e / 3), tpot_ms=pct(10, 11),
+                                            e2e_ms=pct(e2e, e2e * 1.01, n=10), prompt_tokens=64, output_tokens=16,
+                                            repeats=10)
+        return record
+
+    # The machine was 30% slower during B: the single-request e2e (which a measure.load change
+    # cannot move) went 500 -> 650 ms; the load level's e2e went 1000 -> 1250 ms (+25%): drift.
+    a, b = with_single(rec(e2e=1000), 500), with_single(rec(e2e=1250), 650)
+    comparison = compare(side("A", a), side("B", b, delay=50))
+    assert comparison["drift"] == {"smol/bf16": pytest.approx(0.3)}
+    assert rows_of(comparison, "e2e (batch 1) p50")["verdict"] == "control"
+    assert rows_of(comparison, "c=4 e2e p50")["verdict"] == "within drift"
+    assert "within drift (only serving keys changed" in headline(comparison)
+    # +60% is more than the machine explains.
+    worse = compare(side("A", a), side("B", with_single(rec(e2e=1600), 650), delay=50))
+    assert rows_of(worse, "c=4 e2e p50")["verdict"] == "worse"
+    # A change beyond serving (the seed) leaves no control: the single-request figures may move with it.
+    other = side("B", b, delay=50)
+    other.config["seed"] = 1
+    assert compare(side("A", a), other)["drift"] == {}
