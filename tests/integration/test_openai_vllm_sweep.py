@@ -38,7 +38,8 @@ def fake_vllm(bin_dir: Path) -> Path:
 def test_openai_vllm_sweep_scores_and_splits_load_through_the_server(tiny_setup: dict[str, Path]) -> None:
     fake_vllm(tiny_setup["base"] / "bin")
     env = {"PATH": f"{tiny_setup['base'] / 'bin'}{os.pathsep}{os.environ['PATH']}"}
-    common = ("model=tiny", "precision=fp32", "evalset.tasks=[sentiment,arithmetic]", "evalset.limit=3", "threads=1")
+    common = ("model=tiny", "precision=fp32", "evalset.tasks=[sentiment,arithmetic]", "evalset.limit=3", "threads=1",
+              "search=grid")
     served = run_selector(tiny_setup, *common, "engine=openai-vllm", "engine.ready_timeout_s=300",
                           "measure=load-quick", env=env, timeout=1200)
     assert served.returncode == 0, served.stdout[-3000:] + served.stderr[-5000:]
@@ -75,6 +76,11 @@ def test_openai_vllm_sweep_scores_and_splits_load_through_the_server(tiny_setup:
         assert lv["batch_wait_ms"] is None  # the in-process batcher's figure; a server has none
     # One request computes at a time there: at concurrency 2 one waits while the other computes.
     assert levels[1]["queue_ms"]["mean"] > levels[0]["queue_ms"]["mean"]
+    # The report names where the split came from and diagnoses the level from the server's means.
+    assert [lv["split_source"] for lv in levels] == ["vllm", "vllm"] and levels[0]["tail_ms"] == {}
+    report = next(tiny_setup["out"].glob("sweeps/*/report/report.md")).read_text()
+    split = report[report.index("### Where the time goes"):]
+    assert "| vLLM /metrics |" in split and "of mean e2e is" in split
 
     _, (child,) = mlflow_runs(tiny_setup["out"])
     queue = {m.step: m.value for m in _history(tiny_setup["out"], child, "load/queue_ms_p50")}
