@@ -17,8 +17,9 @@ from selector.types import LoadLevel, Percentiles, RunRecord, Selection, setting
 SPLIT_NOTE = (
     "Shares are of the slowest requests' time (those at or above e2e p95: their queue, batch wait and compute "
     "add up to their latency) when the split is per request (in-process), else of the mean request (a server's "
-    "Prometheus histograms; 'other' is what the client saw beyond them). Under each share: that part's own p95, "
-    "which does not add up with the others. The rules naming the layer are in docs/load-testing.md."
+    "Prometheus histograms; 'other' is what the client saw beyond them). Under each share: that part's own p95 "
+    "(which does not add up with the others), or for a server its mean (the histograms' percentiles are only as "
+    "fine as their bucket edges). The rules naming the layer are in docs/load-testing.md."
 )
 
 
@@ -74,7 +75,11 @@ def split_table(records: list[RunRecord]) -> Table:
         for part in parts:
             share = d.shares.get(part)
             dist = getattr(lv, f"{part}_ms", None)
-            sub = f"p95 {fmt.millis(dist.p95)} ms" if dist is not None else ""
+            served = lv.split_source not in ("scheduler", "")  # bucketed histograms: their means are exact
+            if dist is None:
+                sub = ""
+            else:
+                sub = f"mean {fmt.millis(dist.mean)} ms" if served else f"p95 {fmt.millis(dist.p95)} ms"
             if share is None:
                 cells.append(Cell(fmt.DASH, "num muted", sub=sub))
             else:
@@ -102,10 +107,10 @@ def settings_table(selection: Selection) -> Table | None:
                 Cell(fmt.millis(r.e2e_p95_ms), "num"),
             ])
     basis = {c.basis for c in selection.settings}
+    no_slo = " (no SLO was set: every successful request counts)" if "throughput" in basis else ""
     table.note = ("Settings share their model's scored items, so accuracy is the same; each row is one serving "
                   "setting's load test, compared at the heaviest level all settings ran. Goodput: the requests per "
-                  "second meeting measure.load.slo" + (" (no SLO was set: every successful request counts)" if "throughput" in basis
-                                        else "") + "; latency limits: policy.latency_limits. Best first, in bold.")
+                  f"second meeting measure.load.slo{no_slo}; latency limits: policy.latency_limits. Best first, in bold.")
     return table
 
 
