@@ -110,7 +110,8 @@ def settings_table(selection: Selection) -> Table | None:
     no_slo = " (no SLO was set: every successful request counts)" if "throughput" in basis else ""
     table.note = ("Settings share their model's scored items, so accuracy is the same; each row is one serving "
                   "setting's load test, compared at the heaviest level all settings ran. Goodput: the requests per "
-                  f"second meeting measure.load.slo{no_slo}; latency limits: policy.latency_limits. Best first, in bold.")
+                  f"second meeting measure.load.slo{no_slo}; latency limits: policy.latency_limits. Best first, "
+                  "in bold.")
     return table
 
 
