@@ -22,6 +22,7 @@ from selector.config import PolicyConfig
 from selector.selection.measures import latency_value, parse_latency_key
 from selector.types import LoadLevel, RunRecord, SettingChoice, SettingResult, setting_label
 
+CLOSE = 0.05  # a lead smaller than this (relative) is within a figure measured once (as `compare` judges it)
 KNOB_BLIND = ("weight_memory", "latency")  # objectives no serving knob changes (single-request latency runs unbatched)
 
 
@@ -105,6 +106,10 @@ def _summary(group: str, results: list[SettingResult], best: SettingResult | Non
     limits = "meets the latency limits at" if policy.latency_limits else "has"
     caveat = "" if slo or policy.latency_limits else (
         " No latency SLO was set (measure.load.slo, policy.latency_limits), so this is throughput alone.")
+    runner_up = max((r.goodput_rps or 0.0 for r in others if r.meets), default=0.0)
+    if best.goodput_rps and runner_up and best.goodput_rps - runner_up < CLOSE * best.goodput_rps:
+        caveat += (f" The lead is under {CLOSE:.0%}, within what one load test measures: run it again before "
+                   "relying on it.")
     return (f"{group}: {setting_label(best.setting)} {limits} the highest {what}, {best.goodput_rps:.3g} {unit} at "
             f"{best.level} (e2e p95 {best.e2e_p95_ms or 0:.0f} ms), against {against}.{caveat}")
 

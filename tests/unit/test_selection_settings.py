@@ -128,3 +128,11 @@ def test_settings_are_compared_at_the_heaviest_level_they_all_ran() -> None:
     (choice,) = choose_settings(records, PolicyConfig())
     assert choice.best == "smol/bf16 [max_batch_size=4]"
     assert [(r.level, r.goodput_rps) for r in choice.results] == [("concurrency 4", 0.61), ("concurrency 4", 0.39)]
+
+
+def test_a_lead_within_five_percent_is_called_close() -> None:
+    records = [setting_record(1, {4: (2.0, 1.98, 900)}), setting_record(4, {4: (2.0, 2.0, 950)})]
+    (choice,) = choose_settings(records, PolicyConfig())
+    assert choice.best == "smol/bf16 [max_batch_size=4]" and "The lead is under 5%" in choice.summary
+    apart = [setting_record(1, {4: (2.0, 1.5, 900)}), setting_record(4, {4: (2.0, 2.0, 950)})]
+    assert "The lead is under" not in choose_settings(apart, PolicyConfig())[0].summary
