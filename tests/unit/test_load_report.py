@@ -39,7 +39,8 @@ def record(size: int, queue: float, compute: float, goodput: float) -> RunRecord
                      tasks={"t": TaskResult(task="t", metric="accuracy", value=1.0, ci_low=0.7, ci_high=1.0, n=10,
                                             item_scores=scores)},
                      perf=PerfResult(device="cpu", load=levels), memory=MemoryResult(weight_bytes=10**8),
-                     config={"engine": {"kind": "hf"}, "measure": {"load": {"max_batch_size": size, "slo": {"e2e_ms": 9}}}})
+                     config={"engine": {"kind": "hf"},
+                             "measure": {"load": {"max_batch_size": size, "slo": {"e2e_ms": 9}}}})
 
 
 def test_load_section_renders_escaped_in_html_markdown_and_console(tmp_path: Path) -> None:
