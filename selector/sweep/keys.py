@@ -25,7 +25,9 @@ def digest(obj: Any, length: int = 16) -> str:
 def variant_key(cfg: SelectorConfig, evalset_hash: str) -> str:
     d = to_dict(cfg)
     versions = library_versions()
-    quantizes = cfg.precision.backend in ("gptqmodel", "llmcompressor")
+    from selector.precisions import get_backend
+
+    quantizes = get_backend(cfg.precision.backend).calibrates  # calibration data changes its weights
     material = {
         "model": {k: v for k, v in d["model"].items() if k != "notes"},
         "precision": {k: v for k, v in d["precision"].items() if k != "description"},
