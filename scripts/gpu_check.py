@@ -105,6 +105,7 @@ def check_one(torch: Any, name: str, resolved: Any, model_cfg: Any, work: Path, 
         "bits": precision.bits,
         "load_s": round(load_s, 2),
         "quant": loaded.quant.model_dump() if loaded.quant else None,
+        "kernel": loaded.kernel.model_dump() if loaded.kernel else None,  # which kernel ran, packed or not
         "weight_bytes": memory.weight_bytes,
         "cuda_max_allocated_bytes": memory.cuda_max_allocated_bytes,
         "cuda_max_reserved_bytes": memory.cuda_max_reserved_bytes,
