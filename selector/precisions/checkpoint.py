@@ -42,12 +42,14 @@ def load_checkpoint(path: str, precision: PrecisionConfig, ctx: LoadContext, *, 
     if facts is None:  # bitsandbytes, torchao, fp8...: the library's own loader, no kernel choice
         model = _from_pretrained(path, precision, ctx, local, **kwargs)
         return CheckpointLoad(model, inspect_kernel(model, backend=backend, kernel=method or "dense", requested=requested))
+    on_cuda = ctx.device.startswith("cuda")
+    dtype = "float16" if method == "awq" and on_cuda else precision.dtype  # transformers casts AWQ to fp16 on CUDA
     decision = kernels.choose(method, requested, bits=facts["bits"], group_size=facts["group_size"], sym=facts["sym"],
-                              dtype=precision.dtype, device=ctx.device, capability=kernels.cuda_capability(ctx.device))
+                              dtype=dtype, device=ctx.device, capability=kernels.cuda_capability(ctx.device))
     if not decision.ok:
         raise UnavailableError(f"precision={precision.name}: no kernel can run this {method} checkpoint here: {decision.error}")
     notes: list[str] = []
-    if method == "awq" and ctx.device.startswith("cuda") and precision.dtype == "bfloat16":
+    if dtype != precision.dtype:
         notes.append("transformers runs AWQ checkpoints in float16 on CUDA (bfloat16 was asked for)")
     if decision.library_auto:
         model = _from_pretrained(path, precision, ctx, local, **kwargs)
@@ -72,8 +74,7 @@ def load_checkpoint(path: str, precision: PrecisionConfig, ctx: LoadContext, *, 
             except ConversionError as e:
                 passed.append(f"{kernel.name}: the checkpoint does not convert to GPTQ ({e})")
                 continue
-        why = library_refusal(kernel, "gptq" if method == "compressed-tensors" else method, facts, ctx.device,
-                              precision.dtype)
+        why = library_refusal(kernel, facts, ctx.device, dtype)
         if why:
             passed.append(f"{kernel.name}: {why}")
             continue
@@ -100,7 +101,7 @@ def quantization_config(path: str, ctx: LoadContext, local: bool, kwargs: dict[s
     return dict(qcfg) if isinstance(qcfg, dict) else qcfg.to_dict()
 
 
-def library_refusal(kernel: kernels.Kernel, fmt: str, facts: dict[str, Any], device: str, dtype: str) -> str:
+def library_refusal(kernel: kernels.Kernel, facts: dict[str, Any], device: str, dtype: str) -> str:
     """gptqmodel's own check of a kernel on this device (its capability, its compiled extension)."""
     from selector.precisions.cpu_fixes import set_gptqmodel_workers
 
@@ -113,7 +114,7 @@ def library_refusal(kernel: kernels.Kernel, fmt: str, facts: dict[str, Any], dev
     try:
         select_quant_linear(facts["bits"], facts["group_size"], facts.get("desc_act", False), facts["sym"],
                             device=torch.device(device), backend=BACKEND(kernel.library_backend),
-                            format=FORMAT("gemm" if fmt == "awq" else "gptq"), quant_method=METHOD(fmt),
+                            format=FORMAT(facts["format"]), quant_method=METHOD(facts["method"]),
                             pack=False, dtype=torch_dtype(dtype), pack_dtype=torch.int32)
     except Exception as e:  # gptqmodel raises ValueError/ImportError/NotImplementedError with its reason
         return f"gptqmodel refuses it here ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
@@ -123,11 +124,13 @@ def library_refusal(kernel: kernels.Kernel, fmt: str, facts: dict[str, Any], dev
 def _facts(method: str, qdict: dict[str, Any]) -> dict[str, Any] | None:
     """bits/group_size/sym(/desc_act) of a checkpoint with a kernel choice; None for other formats."""
     if method == "gptq":
+        fmt = str(qdict.get("checkpoint_format") or qdict.get("format") or "gptq").lower()
         return {"bits": int(qdict.get("bits", 4)), "group_size": int(qdict.get("group_size", 128)),
-                "sym": bool(qdict.get("sym", True)), "desc_act": bool(qdict.get("desc_act", False))}
+                "sym": bool(qdict.get("sym", True)), "desc_act": bool(qdict.get("desc_act", False)),
+                "method": "gptq", "format": fmt}
     if method == "awq" and str(qdict.get("version") or qdict.get("format") or "gemm").lower() == "gemm":
         return {"bits": int(qdict.get("bits", 4)), "group_size": int(qdict.get("group_size", 128)),
-                "sym": not qdict.get("zero_point", True)}
+                "sym": not qdict.get("zero_point", True), "method": "awq", "format": "gemm"}
     if method == "compressed-tensors":
         from selector.precisions.convert import ConversionError, scheme_of
 
@@ -135,7 +138,7 @@ def _facts(method: str, qdict: dict[str, Any]) -> dict[str, Any] | None:
             scheme = scheme_of(qdict)
         except ConversionError:  # not a weight-only int scheme: decompressed at load, as transformers does
             return {"bits": 4, "group_size": -1, "sym": True}  # only the dense kernel will accept it
-        return scheme
+        return {**scheme, "method": "gptq", "format": "gptq_v2"}  # run as its GPTQ v2 conversion
     return None
 
 

@@ -73,9 +73,10 @@ class GptqModelBackend(Backend):
                         capability: tuple[int, int] | None) -> kernels.KernelDecision | None:
         params = self.params(precision)
         sym = params.sym if params.sym is not None else precision.method == "gptq"
+        awq_on_cuda = precision.method == "awq" and device.startswith("cuda")  # transformers casts AWQ to fp16 there
         return kernels.choose(FORMAT[str(precision.method)], params.kernel, bits=precision.bits or 4,
-                              group_size=params.group_size, sym=sym, dtype=precision.dtype, device=device,
-                              capability=capability)
+                              group_size=params.group_size, sym=sym, dtype="float16" if awq_on_cuda else precision.dtype,
+                              device=device, capability=capability)
 
     def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, engine: str = "hf",
                          prequantized: bool = False) -> weights.WeightEstimate:

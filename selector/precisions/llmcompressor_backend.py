@@ -71,12 +71,13 @@ class LlmCompressorBackend(Backend):
             return self.kernel_decision(precision, device, None).error
         return ""
 
-    def kernel_decision(self, precision: PrecisionConfig, device: str,
-                        capability: tuple[int, int] | None) -> kernels.KernelDecision:
+    def kernel_decision(self, precision: PrecisionConfig, device: str, capability: tuple[int, int] | None,
+                        group_size: int | None = None) -> kernels.KernelDecision:
+        """group_size: the one used for a known model (the requested one is lowered to fit its widths)."""
         params = self.params(precision)
         return kernels.choose("compressed-tensors", params.kernel, bits=precision.bits or 4,
-                              group_size=params.group_size, sym=self.symmetric(precision), dtype=precision.dtype,
-                              device=device, capability=capability)
+                              group_size=group_size or params.group_size, sym=self.symmetric(precision),
+                              dtype=precision.dtype, device=device, capability=capability)
 
     def symmetric(self, precision: PrecisionConfig) -> bool:
         given = self.params(precision).symmetric
@@ -89,12 +90,13 @@ class LlmCompressorBackend(Backend):
             return weights.packed_checkpoint(arch, precision, group, g_idx=False, how="packed (served)")
         if prequantized:  # a GPTQ/AWQ checkpoint from elsewhere is run packed by gptqmodel
             return weights.packed_checkpoint(arch, precision, group, g_idx=precision.method == "gptq")
-        decision = self.kernel_decision(precision, device, None)
+        decision = self.kernel_decision(precision, device, None, weights.group_size(arch, group))
         if decision.ok and decision.packed:  # converted to GPTQ v2: int32 g_idx per input column
             return weights.packed_checkpoint(arch, precision, group, g_idx=True,
                                              how=f"packed (GPTQ v2, {decision.candidates[0].name} kernel)")
-        where = "on CPU" if not device.startswith("cuda") else "with kernel dense"
-        return weights.dense(arch, precision, f"{precision.dtype} (compressed-tensors unpacked {where})",
+        if device.startswith("cuda"):
+            return weights.dense(arch, precision, f"{precision.dtype} (compressed-tensors unpacked, kernel dense)")
+        return weights.dense(arch, precision, f"{precision.dtype} (compressed-tensors unpacked on CPU)",
                              ["kernel auto on a GPU converts it to GPTQ and keeps it packed"])
 
     def load(self, resolved: Any, precision: PrecisionConfig, ctx: LoadContext) -> LoadedModel:

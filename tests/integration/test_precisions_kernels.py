@@ -152,3 +152,18 @@ def test_the_unpacked_note_comes_from_the_kernel_info(tiny: Path, cache: Path, t
         "the in-process engine runs this checkpoint unpacked: its linear layers are plain torch.nn.Linear in "
         "bfloat16 (kernel dense), so its weights take that much memory; a server with a packed kernel for this "
         "format (such as vLLM) keeps them packed"]
+
+
+def test_a_prequantized_checkpoint_gets_the_same_kernel_rule(tiny: Path, cache: Path, tmp_path: Path) -> None:
+    """The pre-quantized branch lives once in the base class: a compressed-tensors checkpoint quantized
+    elsewhere is decompressed by default on CPU, or converted and run packed when asked."""
+    folder = Path(load(tiny, "awq-int4", cache).quant.artifact_dir)
+    dense = load(folder, "awq-int4", tmp_path / "cache", prequantized=True)
+    packed = load(folder, "awq-int4", tmp_path / "cache", prequantized=True, kernel="torch")
+    assert dense.kernel.unpacked and dense.quant.method == "compressed-tensors" and dense.quant.quantize_s is None
+    assert (packed.kernel.kernel, packed.kernel.unpacked, packed.kernel.quantized_layers) == ("torch", False, LINEARS)
+    assert any("loaded pre-quantized checkpoint" in n for n in packed.notes)
+    assert torch.equal(run_once(packed.model), run_once(dense.model))
+    gptq = Path(load(tiny, "gptq-int4", cache).quant.artifact_dir)
+    k = load(gptq, "gptq-int4", tmp_path / "cache", prequantized=True, kernel="torch").kernel
+    assert (k.backend, k.kernel, k.library_kernel) == ("gptqmodel", "torch", "gptq_torch")

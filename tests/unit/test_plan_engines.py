@@ -41,7 +41,7 @@ def test_asking_for_the_dense_kernel_costs_bf16_memory_on_a_gpu_too() -> None:
     a = arch()
     dense = precision("awq-int4", "llmcompressor", method="awq", bits=4, group_size=128, kernel="dense")
     est = estimate_weights(a, dense, "cuda", "hf")
-    assert est.bytes == 2 * a.params and "with kernel dense" in est.layout
+    assert est.bytes == 2 * a.params and "kernel dense" in est.layout
     symmetric_gptq = precision("g", "llmcompressor", method="gptq", bits=4, group_size=128)
     assert "marlin kernel" in estimate_weights(a, symmetric_gptq, "cuda", "hf").layout
 

@@ -89,7 +89,9 @@ def test_unknown_capability_is_not_held_against_a_kernel() -> None:
     ("gptqmodel", "gptq", {"kernel": "marlin"}, V100, False, "needs compute capability 8.0+"),
     ("gptqmodel", "gptq", {"kernel": "marlin"}, A100, True, ""),
     ("gptqmodel", "gptq", {}, V100, True, ""),  # auto falls back
-    ("gptqmodel", "awq", {"kernel": "triton"}, H200, False, "float16"),
+    ("gptqmodel", "awq", {"kernel": "gemm"}, V100, True, ""),
+    # transformers runs AWQ in float16 on CUDA, so the rule is asked about float16 even for a bf16 precision
+    ("gptqmodel", "awq", {"kernel": "marlin"}, V100, False, "needs compute capability 8.0+ for float16"),
     ("llmcompressor", "awq", {"kernel": "marlin"}, H200, False, "symmetric"),
     ("llmcompressor", "gptq", {"kernel": "marlin"}, H200, True, ""),
 ])
