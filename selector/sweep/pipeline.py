@@ -176,7 +176,8 @@ class VariantRun:
             if cfg.measure.latency.enabled:
                 perf.latency = measure_latency(loaded.model, loaded.tokenizer, cfg.measure.latency, fast=engine.fast)
             if cfg.measure.throughput.enabled:
-                perf.throughput = measure_throughput(loaded.model, loaded.tokenizer, cfg.measure.throughput, fast=engine.fast)
+                perf.throughput = measure_throughput(loaded.model, loaded.tokenizer, cfg.measure.throughput,
+                                                     fast=engine.fast, latency=perf.latency)
             perf.compiled, perf.compile_s, perf.compile_note = engine.fast.active, engine.fast.compile_s, engine.fast.note
             if cfg.measure.load.enabled:
                 from selector.measure.load import run_inprocess_load
