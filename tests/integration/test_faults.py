@@ -39,6 +39,7 @@ def wait_for_stage(out: Path, name: str, stage: str, timeout: float = 300) -> No
     raise AssertionError(f"{name} never reached stage {stage}")
 
 
+@pytest.mark.quant("bitsandbytes")  # tiny/int8 must complete beside the broken variants
 def test_raise_segfault_and_hang_are_recorded_and_the_sweep_goes_on(tiny_setup: dict[str, Path]) -> None:
     faults = "tiny/fp32@measure:raise,tiny/bf16@load:segfault,tiny/fp16@measure:hang"
     result = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16,fp16,int8", "time_limit_s=60", *QUICK,

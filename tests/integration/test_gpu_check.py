@@ -4,6 +4,7 @@ precision backends, latency and memory measurement, the JSON) checked on CPU wit
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,7 @@ def test_exits_early_with_a_clear_message_without_cuda(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.quant("bitsandbytes")
 def test_plumbing_on_cpu_writes_one_json(tmp_path: Path) -> None:
     out = tmp_path / "gpu_check.json"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu", "--out", str(out),
@@ -45,3 +47,21 @@ def test_plumbing_on_cpu_writes_one_json(tmp_path: Path) -> None:
     assert "Linear8bitLt" in results["int8"]["linear_classes"]  # bitsandbytes really quantized it
     assert results["int8"]["weight_bytes"] < results["bf16"]["weight_bytes"]
     assert results["bf16"]["latency"]["e2e_ms"]["p50"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.quant("bitsandbytes")
+def test_on_a_gpu_the_check_runs_for_real(tmp_path: Path) -> None:
+    """The CUDA counterpart of the two tests above: fp16 and bitsandbytes int8 on the device."""
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run(["bash", str(SCRIPT), "--out", str(out), "--precisions", "fp16,int8", "--layers", "1",
+                           "--warmup", "0", "--repeats", "2"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHON": sys.executable}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["device"] == "cuda:0" and report["gpu"] and report["cuda"]
+    results = {r["precision"]: r for r in report["results"]}
+    assert results["fp16"]["status"] == results["int8"]["status"] == "ok"
+    assert "Linear8bitLt" in results["int8"]["linear_classes"]
+    assert 0 < results["int8"]["weight_bytes"] < results["fp16"]["weight_bytes"]
+    assert results["fp16"]["cuda_max_allocated_bytes"] > 0  # measured on the device, not in host memory

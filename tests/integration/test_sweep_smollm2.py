@@ -11,7 +11,7 @@ import pytest
 
 from tests.sweep_helpers import mlflow_runs, run_selector
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.quant("bitsandbytes")]
 
 
 def test_smollm2_bf16_and_int8(tmp_path: Path) -> None:
