@@ -15,6 +15,7 @@ from selector.tasks.sandbox import isolation
 from tests.sweep_helpers import ROOT, mlflow_runs, run_selector
 
 
+@pytest.mark.slow  # two sweeps: 173 s on 2 shared cores
 def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
     first = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=3",
                          "measure.noise_floor.repeats=1")
