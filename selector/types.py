@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field
 SCHEMA_VERSION = 1
 
 Status = Literal["completed", "failed", "skipped"]
-Stage = Literal["preflight", "load", "quantize", "evaluate", "measure", "log"]
 
 
 class _Model(BaseModel):
