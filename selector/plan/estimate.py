@@ -58,7 +58,7 @@ def estimate_weights(arch: ArchFacts, precision: PrecisionConfig, device: str, p
         linear = sum(_packed(i, o, bits, group, scale=2, zero=bits / 8) + gidx * i for i, o in shapes)
         return WeightEstimate(linear + rest, f"{method} int{bits} packed, group {group}, lm_head/embeddings 16-bit")
     if backend == "llmcompressor":
-        # transformers unpacks compressed-tensors checkpoints to the load dtype on CPU (FINDINGS.md).
+        # transformers unpacks compressed-tensors checkpoints to the load dtype on CPU (docs/precisions.md).
         return WeightEstimate(arch.params * dtype, f"{precision.dtype} (compressed-tensors unpacked on CPU)",
                               ["on a GPU the same checkpoint stays packed"])
     return WeightEstimate(arch.params * dtype, f"{precision.dtype} (unknown backend {backend!r}: unquantized)")
