@@ -4,7 +4,6 @@ precision backends, latency and memory measurement, the JSON) checked on CPU wit
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,17 +31,22 @@ def test_exits_early_with_a_clear_message_without_cuda(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr and not out.exists()
 
 
-@pytest.mark.slow
-@pytest.mark.quant("bitsandbytes")
-def test_plumbing_on_cpu_writes_one_json(tmp_path: Path) -> None:
+def run_check(tmp_path: Path, precisions: str, *args: str) -> tuple[dict, dict[str, dict]]:  # type: ignore[type-arg]
+    """gpu_check.py on a one-layer model, one timed repeat: the report, and its results by precision."""
     out = tmp_path / "gpu_check.json"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu", "--out", str(out),
-                           "--precisions", "bf16,int8", "--layers", "1", "--warmup", "0", "--repeats", "1"],
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--out", str(out), "--precisions",
+                           precisions, "--layers", "1", "--warmup", "0", "--repeats", "1", *args],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(out.read_text())
+    return report, {r["precision"]: r for r in report["results"]}
+
+
+@pytest.mark.slow
+@pytest.mark.quant("bitsandbytes")
+def test_plumbing_on_cpu_writes_one_json(tmp_path: Path) -> None:
+    report, results = run_check(tmp_path, "bf16,int8", "--device", "cpu")
     assert report["device"] == "cpu" and report["gpu"] is None
-    results = {r["precision"]: r for r in report["results"]}
     assert results["bf16"]["status"] == results["int8"]["status"] == "ok"
     assert "Linear8bitLt" in results["int8"]["linear_classes"]  # bitsandbytes really quantized it
     assert results["int8"]["weight_bytes"] < results["bf16"]["weight_bytes"]
@@ -52,15 +56,9 @@ def test_plumbing_on_cpu_writes_one_json(tmp_path: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.quant("bitsandbytes")
 def test_on_a_gpu_the_check_runs_for_real(tmp_path: Path) -> None:
-    """The CUDA counterpart of the two tests above: fp16 and bitsandbytes int8 on the device."""
-    out = tmp_path / "gpu_check.json"
-    done = subprocess.run(["bash", str(SCRIPT), "--out", str(out), "--precisions", "fp16,int8", "--layers", "1",
-                           "--warmup", "0", "--repeats", "2"], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHON": sys.executable}, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(out.read_text())
+    """The CUDA counterpart of the tests above: fp16 and bitsandbytes int8 on the device (its default)."""
+    report, results = run_check(tmp_path, "fp16,int8")
     assert report["device"] == "cuda:0" and report["gpu"] and report["cuda"]
-    results = {r["precision"]: r for r in report["results"]}
     assert results["fp16"]["status"] == results["int8"]["status"] == "ok"
     assert "Linear8bitLt" in results["int8"]["linear_classes"]
     assert 0 < results["int8"]["weight_bytes"] < results["fp16"]["weight_bytes"]
