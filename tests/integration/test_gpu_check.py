@@ -42,7 +42,6 @@ def run_check(tmp_path: Path, precisions: str, *args: str) -> tuple[dict, dict[s
     return report, {r["precision"]: r for r in report["results"]}
 
 
-@pytest.mark.slow
 @pytest.mark.quant("bitsandbytes")
 def test_plumbing_on_cpu_writes_one_json(tmp_path: Path) -> None:
     report, results = run_check(tmp_path, "bf16,int8", "--device", "cpu")
