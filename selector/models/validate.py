@@ -102,7 +102,7 @@ def read_safetensors_header(path: Path) -> dict[str, dict[str, Any]]:
         raise ModelFolderError(path, _explain(str(e), path.stat().st_size)) from None
 
 
-# The library's words (safetensors 0.4 - 0.8) -> what a user can act on; anything else is passed on.
+# The library's words (as safetensors 0.8 puts them) -> what a user can act on; anything else is passed on.
 _PROBLEMS = (
     ("header too small", "only {size} bytes: too short for a safetensors header (truncated?)"),
     ("invalid header length", "the header length it declares does not fit in its {size} bytes: "
