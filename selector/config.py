@@ -216,7 +216,6 @@ class SelectorConfig:
     memory_limit_gb: Optional[float] = None  # per variant address-space cap (CPU), where supported
 
 
-GROUPS = ("model", "precision", "evalset", "engine", "tracker", "policy", "measure", "calibration")
 SCHEMA_NAME = "selector_schema"
 
 

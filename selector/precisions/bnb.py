@@ -1,8 +1,9 @@
 """bitsandbytes: LLM.int8 (`method: int8`) and 4-bit NF4 (`method: nf4`), quantized at load time.
 
 Both quantize while loading, so there is no artifact to cache. NF4 has a CPU pitfall
-(../FINDINGS): on AVX512-BF16 CPUs the first forward pass repacks the weights and a state_dict
-saved afterwards carries a wrong absmax; we never save NF4 weights, we re-quantize at load.
+(docs/precisions.md, CPU pitfalls): on AVX512-BF16 CPUs the first forward pass repacks the weights
+and a state_dict saved afterwards carries a wrong absmax; we never save NF4 weights, we re-quantize
+at load.
 bitsandbytes runs its own kernels on CPU and CUDA; the weights stay int8 / packed 4-bit on both.
 """
 
