@@ -16,7 +16,8 @@ import torch
 from selector.measure.memory import weight_bytes
 from selector.plan.arch import ArchFacts
 from selector.plan.estimate import estimate_weights
-from tests.integration.test_precisions_backends import build_model, load, precision
+from tests.factories import shipped_precision as precision
+from tests.integration.test_precisions_backends import build_model, load
 
 LINEARS = 28
 KERNELS = {  # precision: (kernel, module class of the first quantized linear, weight subclass, library kernel)
