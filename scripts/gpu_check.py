@@ -174,6 +174,7 @@ def check_one(torch: Any, name: str, resolved: Any, model_cfg: Any, work: Path, 
         "load_s": round(load_s, 2),
         "quant": loaded.quant.model_dump() if loaded.quant else None,
         "notes": loaded.notes,
+        "kernel": loaded.kernel.model_dump() if loaded.kernel else None,  # which kernel ran, packed or not
         "weight_bytes": memory.weight_bytes,
         "cuda_max_allocated_bytes": max(peak_load or 0, memory.cuda_max_allocated_bytes or 0) if cuda else None,
         "cuda_max_reserved_bytes": memory.cuda_max_reserved_bytes,

@@ -217,7 +217,6 @@ class SelectorConfig:
     compare_to: Optional[str] = None  # an earlier sweep (folder or MLflow parent run id): the report compares with it
 
 
-GROUPS = ("model", "precision", "evalset", "engine", "tracker", "policy", "measure", "calibration")
 SCHEMA_NAME = "selector_schema"
 
 

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.stats import binom, norm
+from scipy.stats import binomtest, bootstrap, norm
 
 # Bootstrap resamples are drawn in blocks so memory stays bounded (block rows x n items).
 _BOOTSTRAP_BLOCK_CELLS = 2_000_000
@@ -42,7 +42,7 @@ def bootstrap_interval(
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval for the mean of `scores` (deterministic for a given seed).
+    """Percentile bootstrap interval for the mean of `scores` (scipy's; deterministic for a given seed).
 
     Passing per-item differences between two variants gives the paired bootstrap of the mean
     difference: resampling items keeps each item's pair together.
@@ -53,19 +53,12 @@ def bootstrap_interval(
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
     _z(confidence)  # validates the level
-    n = values.size
-    if np.all(values == values[0]):  # no spread: every resample has the same mean
+    if np.all(values == values[0]):  # no spread (or one item): every resample has the same mean
         return (float(values[0]), float(values[0]))
-    rng = np.random.default_rng(seed)
-    block = max(1, _BOOTSTRAP_BLOCK_CELLS // n)
-    means = np.empty(n_resamples)
-    for start in range(0, n_resamples, block):
-        rows = min(block, n_resamples - start)
-        idx = rng.integers(0, n, size=(rows, n))
-        means[start : start + rows] = values[idx].mean(axis=1)
-    alpha = 1.0 - confidence
-    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return (float(low), float(high))
+    result = bootstrap((values,), np.mean, n_resamples=n_resamples, confidence_level=confidence,
+                       method="percentile", batch=max(1, _BOOTSTRAP_BLOCK_CELLS // values.size),
+                       rng=np.random.default_rng(seed))
+    return (float(result.confidence_interval.low), float(result.confidence_interval.high))
 
 
 def newcombe_diff_interval(
@@ -90,10 +83,9 @@ def mcnemar_exact(b: int, c: int) -> float:
     """
     if b < 0 or c < 0:
         raise ValueError(f"discordant counts must be >= 0, got {b}, {c}")
-    m = b + c
-    if m == 0:
+    if b + c == 0:
         return 1.0
-    return float(min(1.0, 2.0 * binom.cdf(min(b, c), m, 0.5)))
+    return float(binomtest(b, b + c, 0.5).pvalue)
 
 
 def two_proportion_sample_size(

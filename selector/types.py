@@ -165,6 +165,22 @@ class MemoryResult(_Model):
     artifact_bytes: int | None = None  # on-disk size of the checkpoint that was loaded
 
 
+class KernelInfo(_Model):
+    """Which code ran the linear layers: a broken or unpacked kernel can look like accuracy loss."""
+
+    backend: str  # the precision backend (native, bnb, torchao, gptqmodel, llmcompressor, ...)
+    kernel: str  # short name: dense, marlin, exllama, torch, gptqmodel-auto, bnb-int8, torchao, ...
+    requested: str = "auto"  # what the precision's `kernel` param asked for
+    linear_class: str  # module path and class of the first quantized linear layer (torch.nn.Linear if none)
+    weight_class: str = ""  # tensor subclass holding its weight (torchao), "" for plain tensors
+    quantized_layers: int = 0  # linear layers of a quantized kind
+    plain_layers: int = 0  # plain torch.nn.Linear layers with dense weights (the LM head not counted)
+    library_kernel: str = ""  # the library's own name for it (gptqmodel's backend, e.g. gptq_marlin)
+    unpacked: bool = False  # a quantized precision whose linear layers run as plain dense Linear
+    dtype: str = ""  # the compute dtype the model was loaded in
+    fallbacks: list[str] = Field(default_factory=list)  # kernels passed over, and why
+
+
 class QuantInfo(_Model):
     method: str
     library: str
@@ -218,6 +234,7 @@ class RunRecord(_Model):
     perf: PerfResult | None = None
     memory: MemoryResult | None = None
     quant: QuantInfo | None = None
+    kernel: KernelInfo | None = None
     fidelity: FidelityResult | None = None
     search: SearchInfo | None = None
     timings_s: dict[str, float] = Field(default_factory=dict)

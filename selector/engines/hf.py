@@ -40,6 +40,7 @@ from selector.engines.base import (
     Prompt,
 )
 from selector.engines.fast import FastPath
+from selector.engines.greedy import greedy_generate
 
 
 class StopOnStrings:
@@ -136,21 +137,18 @@ class HFEngine:
     def _generate_batch(self, prompts: list[list[int]], max_new: int, stops: list[str],
                         prefix: SharedPrefix | None = None) -> list[Generation]:
         ids, mask, past = self._inputs(prompts, prefix)
-        # The fast path owns its (static) cache; a shared prefix brings its own (dynamic) one.
-        generate, cache = (self.fast.generate, {}) if past is None else (self.model.generate, {"past_key_values": past})
-        out = generate(
-            input_ids=ids,
-            attention_mask=mask,
-            **cache,
-            max_new_tokens=max_new,
-            do_sample=False,
-            num_beams=1,
-            eos_token_id=self.eos_ids,
-            pad_token_id=self.pad_id,
-            stopping_criteria=[StopOnStrings(self.tok, ids.shape[1], stops)] if stops else None,
-        )
+        if past is None and self.fast.active:  # the fast path owns its (static) cache
+            out = self.fast.generate(
+                input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False, num_beams=1,
+                eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
+                stopping_criteria=[StopOnStrings(self.tok, ids.shape[1], stops)] if stops else None,
+            )
+            new_tokens = out[:, ids.shape[1] :].tolist()
+        else:  # finished rows leave the batch (engines/greedy.py)
+            new_tokens = greedy_generate(self.model, ids, mask, max_new, self.eos_ids, self._stop_check(stops), past,
+                                         self._keeps_logits)
         gens = []
-        for row, prompt in zip(out[:, ids.shape[1] :].tolist(), prompts):
+        for row, prompt in zip(new_tokens, prompts):
             row = _until_eos(row, self.eos_ids, self.pad_id)
             text = self.tok.decode(row, skip_special_tokens=True)
             cut = min((text.find(s) for s in stops if s in text), default=-1)
@@ -158,6 +156,18 @@ class HFEngine:
                 text = text[:cut]
             gens.append(Generation(text=text, prompt_tokens=len(prompt), output_tokens=len(row)))
         return gens
+
+    def _stop_check(self, stops: list[str]):  # type: ignore[no-untyped-def]
+        """row, tokens -> has the row written a stop string (only the last few tokens can hold a new one)."""
+        if not stops:
+            return None
+        tail = max(len(s) for s in stops) + 2
+
+        def finished(row: int, tokens: list[int]) -> bool:
+            text = self.tok.decode(tokens[-tail:], skip_special_tokens=True)
+            return any(s in text for s in stops)
+
+        return finished
 
     # ---- log-likelihood ------------------------------------------------------------------
     def loglikelihood(

@@ -47,11 +47,19 @@ def measure_latency(model: Any, tokenizer: Any, cfg: LatencyConfig, tick: Callab
 
 
 def measure_throughput(model: Any, tokenizer: Any, cfg: ThroughputConfig, tick: Callable[[], None] | None = None,
-                       fast: Any = None) -> list[ThroughputPoint]:
+                       fast: Any = None, latency: LatencyResult | None = None) -> list[ThroughputPoint]:
+    """Output tokens per second at each batch size. Batch 1 with the latency runs' own prompt and
+    length is what those runs already timed: it is read off them instead of generated again."""
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     points = []
     for bs in cfg.batch_sizes:
+        if bs == 1 and latency is not None and (latency.prompt_tokens, latency.output_tokens) == (
+                cfg.prompt_tokens, cfg.new_tokens):
+            wall = latency.e2e_ms.p50 / 1e3
+            points.append(ThroughputPoint(batch_size=1, output_tokens_per_s=cfg.new_tokens / wall,
+                                          requests_per_s=1 / wall, wall_s=wall))
+            continue
         ids = torch.tensor([synthetic_prompt(tokenizer, cfg.prompt_tokens, variant=7 * r) for r in range(bs)], device=device)
         if fast is not None:
             fast.warm(ids, cfg.new_tokens, pad)  # compile outside the timed runs

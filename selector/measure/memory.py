@@ -1,23 +1,55 @@
-"""Memory: bytes held by the weights, peak process memory (CPU), peak CUDA allocations."""
+"""Memory: bytes held by the weights, peak process memory (CPU), peak CUDA allocations.
+
+Weight bytes are counted from the tensors themselves rather than with transformers'
+`model.get_memory_footprint()`: that sums parameters and buffers at their logical size, so it
+counts torchao's int8 weights (tensor subclasses) as bf16 and misses bitsandbytes' scales, which
+live beside the parameters (LLM.int8's SCB, NF4's absmax). Both agree everywhere else (native,
+gptqmodel, compressed-tensors), which tests/integration/test_precisions_kernels.py checks.
+"""
 
 from __future__ import annotations
 
 import resource
 import sys
-from typing import Any
+from typing import Any, Iterator
 
 from selector.types import MemoryResult
 
 
+
 def weight_bytes(model: Any) -> int:
-    """Parameters and buffers as stored (packed int4 buffers count at their real size)."""
-    seen, total = set(), 0
-    for t in list(model.parameters()) + list(model.buffers()):
-        if id(t) in seen:  # tied embeddings are one tensor
-            continue
-        seen.add(id(t))
-        total += t.numel() * t.element_size()
-    return total
+    """Parameters, buffers and quantization state as stored (packed int4 counts at its real size)."""
+    seen: dict[int, Any] = {}  # holding each tensor keeps its id from being reused while we walk
+    for t in _weight_tensors(model):
+        for leaf in _storage_tensors(t):
+            seen.setdefault(id(leaf), leaf)  # tied embeddings are one tensor; bitsandbytes shares some state
+    return sum(leaf.numel() * leaf.element_size() for leaf in seen.values())
+
+
+def _weight_tensors(model: Any) -> Iterator[Any]:
+    yield from model.parameters()
+    yield from model.buffers()
+    for module in model.modules():  # bitsandbytes keeps its scales outside parameters and buffers
+        weight = getattr(module, "weight", None)
+        state = getattr(weight, "quant_state", None)
+        if state is not None:  # NF4: absmax per block (and its own absmax with double quantization)
+            yield from (x for x in (getattr(state, "absmax", None), getattr(getattr(state, "state2", None), "absmax", None))
+                        if x is not None)
+        for holder in (weight, getattr(module, "state", None)):  # LLM.int8: row scales, moved on first forward
+            scb = getattr(holder, "SCB", None)
+            if scb is not None and hasattr(scb, "element_size"):
+                yield scb
+
+
+def _storage_tensors(t: Any) -> list[Any]:
+    """The plain tensors that hold a tensor's data: itself, or a subclass's inner tensors (torchao)."""
+    import torch
+
+    data = getattr(t, "data", t)
+    if type(data) in (torch.Tensor, torch.nn.Parameter) or not hasattr(data, "__tensor_flatten__"):
+        return [t]
+    names, _ = data.__tensor_flatten__()
+    return [leaf for name in names for leaf in _storage_tensors(getattr(data, name))]
 
 
 def peak_rss_bytes() -> int:

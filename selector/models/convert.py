@@ -82,7 +82,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, name: str, sha256: str, sour
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32, local_files_only=True
         )
-        # The GGUF quantizer stays attached after dequantizing and refuses to save (FINDINGS.md).
+        # The GGUF quantizer stays attached after dequantizing and refuses to save (docs/models.md, Conversion).
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
@@ -152,7 +152,7 @@ def _clean_config(path: Path) -> list[str]:
     """Drop keys of the saved config.json that break other tools."""
     config = json.loads(path.read_text())
     fixes = []
-    if "rope_type" in config:  # stray top-level key (Gemma 3): crashes gptqmodel's save (FINDINGS.md)
+    if "rope_type" in config:  # stray top-level key (Gemma 3): crashes gptqmodel's save (docs/models.md)
         del config["rope_type"]
         fixes.append("removed stray top-level 'rope_type' from config.json")
     if "quantization_config" in config:

@@ -1,5 +1,5 @@
 """kind: hub — a Hugging Face Hub repo id (+ revision). Nothing is downloaded when resolving:
-transformers fetches (or reads from its cache) at load time, honouring HF_HUB_OFFLINE.
+transformers fetches (or reads from its cache) at load time, honouring HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE).
 
 `check_available` answers within a few seconds whether the hub (or HF_ENDPOINT's mirror) can serve
 the repo, so a sweep can skip such variants up front instead of hanging on a dead network.
@@ -17,11 +17,20 @@ from selector.models.resolved import ResolvedModel
 from selector.models.sources import SourceContext
 
 TIMEOUT_S = 5.0
-TRUE_VALUES = {"1", "ON", "YES", "TRUE"}  # huggingface_hub's own reading of boolean env vars
 
 
-def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in TRUE_VALUES
+def hub_offline() -> str | None:
+    """The setting that puts the hub offline (e.g. "HF_HUB_OFFLINE=1"), or None when online.
+
+    Read as huggingface_hub reads it (HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE, with its own true
+    values), but at each call rather than once at import, so a setting made after startup counts too."""
+    from huggingface_hub.constants import ENV_VARS_TRUE_VALUES
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        value = os.environ.get(name)
+        if value:  # the first one set decides, as in huggingface_hub
+            return f"{name}={value}" if value.upper() in ENV_VARS_TRUE_VALUES else None
+    return None
 
 
 def hub_host() -> str:
@@ -46,11 +55,12 @@ def repo_id_of(ctx: SourceContext) -> str:
 class HubSource:
     def resolve(self, ctx: SourceContext) -> ResolvedModel:
         repo_id, revision = repo_id_of(ctx), ctx.source.revision
-        if hub_offline() and cached_file(repo_id, "config.json", revision) is None:
+        offline = hub_offline()
+        if offline and cached_file(repo_id, "config.json", revision) is None:
             raise UserError(
                 f"model {ctx.model.name}: {repo_id}{'@' + revision if revision else ''} is not in the local "
-                "Hugging Face cache and HF_HUB_OFFLINE=1 is set: download it on a connected machine first "
-                "(huggingface-cli download), or unset HF_HUB_OFFLINE"
+                f"Hugging Face cache and {offline} is set: download it on a connected machine first "
+                f"(huggingface-cli download), or unset {offline.split('=')[0]}"
             )
         return ResolvedModel(
             name=ctx.model.name, path=repo_id, revision=revision, is_local=False,
@@ -67,10 +77,11 @@ class HubSource:
 def hub_repo_available(repo_id: str, revision: str | None, allow_pickle: bool,
                        needed_file: str = "config.json") -> tuple[bool, str]:
     in_cache = cached_file(repo_id, needed_file, revision) is not None
-    if hub_offline():
+    offline = hub_offline()
+    if offline:
         if in_cache:
-            return True, f"{repo_id} is in the local Hugging Face cache (HF_HUB_OFFLINE=1)"
-        return False, f"needs the Hugging Face Hub: HF_HUB_OFFLINE=1 is set and {repo_id} is not in the local cache"
+            return True, f"{repo_id} is in the local Hugging Face cache ({offline})"
+        return False, f"needs the Hugging Face Hub: {offline} is set and {repo_id} is not in the local cache"
     ok, why, files = _ask_hub(repo_id, revision)
     if not ok:
         if in_cache:

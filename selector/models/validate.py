@@ -8,8 +8,7 @@ instead of as a cryptic error (or silently wrong weights) deep inside transforme
 from __future__ import annotations
 
 import json
-import math
-import struct
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,14 +17,6 @@ from selector.errors import UserError
 from selector.models.resolved import PICKLE_SUFFIXES
 
 INDEX_NAME = "model.safetensors.index.json"
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
-
-# Bytes per element of each safetensors dtype (sub-byte types are counted in bits below).
-DTYPE_BITS = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64,
-    "C64": 64,
-}
 
 
 class ModelFolderError(UserError):
@@ -97,46 +88,41 @@ def _check_config(path: Path) -> dict[str, Any]:
 
 
 def read_safetensors_header(path: Path) -> dict[str, dict[str, Any]]:
-    """Parse a safetensors header (8-byte little-endian length + JSON) and check every tensor's
-    byte range lies inside the file and matches its dtype and shape. Returns name -> entry."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        raw_len = f.read(8)
-        if len(raw_len) < 8:
-            raise ModelFolderError(path, f"only {size} bytes: too short for a safetensors header (truncated?)")
-        (header_len,) = struct.unpack("<Q", raw_len)
-        if header_len > MAX_HEADER_BYTES or 8 + header_len > size:
-            raise ModelFolderError(
-                path, f"header claims {header_len} bytes but the file has {size}: truncated or not safetensors"
-            )
-        raw = f.read(header_len)
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelFolderError(path, f"header is not valid JSON ({e}): not a safetensors file?") from None
-    if not isinstance(header, dict):
-        raise ModelFolderError(path, "header is not a JSON object")
-    header.pop("__metadata__", None)
+    """Open the file with the safetensors library, which checks that its header parses and that the
+    tensors' byte ranges fit their dtypes and shapes and cover the file exactly.
 
-    data_bytes = size - 8 - header_len
-    for name, entry in header.items():
-        try:
-            dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise ModelFolderError(path, f"tensor {name!r}: malformed header entry {entry!r}") from None
-        if dtype not in DTYPE_BITS:
-            raise ModelFolderError(path, f"tensor {name!r}: unknown dtype {dtype!r}")
-        if end > data_bytes:
-            raise ModelFolderError(
-                path, f"tensor {name!r} ends at byte {end} of the data but the file holds only {data_bytes} data "
-                "bytes: the file is truncated (re-download or re-copy it)"
-            )
-        expected = math.ceil(math.prod(shape) * DTYPE_BITS[dtype] / 8)
-        if not 0 <= begin <= end or end - begin != expected:
-            raise ModelFolderError(
-                path, f"tensor {name!r}: byte range [{begin}, {end}) does not fit {dtype}{list(shape)} ({expected} bytes)"
-            )
-    return header
+    Returns tensor name -> {"dtype", "shape"}; a bad file raises ModelFolderError saying what to do."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(path, framework="numpy") as f:
+            slices = {name: f.get_slice(name) for name in f.keys()}
+            return {name: {"dtype": s.get_dtype(), "shape": s.get_shape()} for name, s in slices.items()}
+    except SafetensorError as e:
+        raise ModelFolderError(path, _explain(str(e), path.stat().st_size)) from None
+
+
+# The library's words (as safetensors 0.8 puts them) -> what a user can act on; anything else is passed on.
+_PROBLEMS = (
+    ("header too small", "only {size} bytes: too short for a safetensors header (truncated?)"),
+    ("invalid header length", "the header length it declares does not fit in its {size} bytes: "
+                              "truncated or not safetensors"),
+    ("header too large", "declares a header over safetensors' 100 MB limit: not a safetensors file?"),
+    ("incomplete metadata", "the tensors its header lists do not cover its {size} bytes exactly: the file is "
+                            "truncated (re-download or re-copy it)"),
+    ("invalid shape, data type, or offset", "a tensor's byte range does not fit its dtype and shape: corrupt header"),
+    ("invalid offset", "a tensor's byte range does not start where the previous one ends: corrupt header"),
+    ("invalid JSON", "header is not valid JSON ({detail}): not a safetensors file?"),
+)
+
+
+def _explain(message: str, size: int) -> str:
+    detail = message.rsplit("header: ", 1)[-1]
+    dtype = re.search(r"unknown variant `([^`]*)`", message)
+    if dtype:
+        return f"unknown dtype {dtype.group(1)!r} (not one safetensors knows)"
+    return next((text.format(size=size, detail=detail) for words, text in _PROBLEMS if words in message),
+                f"not a valid safetensors file ({detail})")
 
 
 def _check_index(index: Path, names_by_file: dict[str, set[str]]) -> None:

@@ -1,7 +1,8 @@
 """Precision backends, by the `backend` name a precision config gives.
 
-Each backend module imports its library only inside its functions, so listing and validating
-configs works without the quantization libraries installed.
+A backend is one module holding one `selector.precisions.base.Backend` subclass, plus one line
+here (docs/precisions.md, "Adding a backend"). Each module imports its library only inside its
+functions, so listing and validating configs works without the quantization libraries installed.
 """
 
 from __future__ import annotations

@@ -14,40 +14,84 @@ CPU pitfalls handled here (measured, see docs/precisions.md):
 
 from __future__ import annotations
 
-import importlib.util
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from selector.config import PrecisionConfig
 from selector.errors import UnavailableError
-from selector.precisions import artifacts, cpu_fixes, groups, local
-from selector.precisions.base import LoadContext, LoadedModel, torch_dtype
-from selector.precisions.prequantized import load_prequantized
+from selector.precisions import artifacts, cpu_fixes, groups, kernels, local, weights
+from selector.precisions.base import Backend, LoadContext, LoadedModel, torch_dtype
+from selector.precisions.params import set_fields
 
 BITS = {"gptq": (2, 3, 4, 8), "awq": (4,)}
-OWN_PARAMS = ("group_size", "batch_size")  # ours; every other param goes to gptqmodel's config
+FORMAT = {"gptq": "gptq", "awq": "awq"}  # the checkpoint format each method saves (kernels.ORDER key)
+Kernel = Literal["auto", "marlin", "exllama", "triton", "gemm", "torch"]
 
 
-class GptqModelBackend:
-    def availability(self, precision: PrecisionConfig, device: str) -> tuple[bool, str]:
-        if importlib.util.find_spec("gptqmodel") is None:
-            return False, "gptqmodel is not installed (pip install 'selector[quant]')"
+@dataclass(frozen=True)
+class GptqModelParams:
+    group_size: int = 128  # lowered automatically when it does not divide every layer (recorded)
+    batch_size: int = 4  # calibration batch size
+    kernel: Kernel = "auto"  # which gptqmodel kernel runs the checkpoint (selector/precisions/kernels.py)
+    # Passed on to gptqmodel's GPTQConfig / AWQConfig when set (they change the artifact):
+    sym: bool | None = None
+    desc_act: bool | None = None
+    damp_percent: float | None = None
+    damp_auto_increment: float | None = None
+    true_sequential: bool | None = None
+    act_group_aware: bool | None = None
+    static_groups: bool | None = None
+    mse: float | None = None
+
+    def library_params(self) -> dict[str, Any]:
+        return {k: v for k, v in set_fields(self).items() if k not in ("group_size", "batch_size", "kernel")}
+
+
+class GptqModelBackend(Backend):
+    name = "gptqmodel"
+    library = "gptqmodel"
+    Params = GptqModelParams
+    calibrates = True
+
+    def unsupported(self, precision: PrecisionConfig, device: str) -> str:
         if precision.method not in BITS:
-            return False, f"gptqmodel method {precision.method!r} is not one of {', '.join(BITS)}"
+            return f"gptqmodel method {precision.method!r} is not one of {', '.join(BITS)}"
         bits = precision.bits or 4
         if bits not in BITS[precision.method]:
-            return False, f"gptqmodel {precision.method} supports bits {BITS[precision.method]}, not {bits}"
+            return f"gptqmodel {precision.method} supports bits {BITS[precision.method]}, not {bits}"
         if precision.method == "awq" and device == "cpu" and precision.dtype == "float32":
-            return False, "gptqmodel AWQ on CPU needs dtype bfloat16 or float16 (its awq_torch kernel has no float32)"
-        return True, ""
+            return "gptqmodel AWQ on CPU needs dtype bfloat16 or float16 (its awq_torch kernel has no float32)"
+        kernel = self.params(precision).kernel
+        if not device.startswith("cuda"):
+            return kernels.choose(FORMAT[precision.method], kernel, bits=bits, group_size=128, sym=True,
+                                  dtype=precision.dtype, device=device).error
+        return ""
+
+    def kernel_decision(self, precision: PrecisionConfig, device: str,
+                        capability: tuple[int, int] | None) -> kernels.KernelDecision | None:
+        params = self.params(precision)
+        sym = params.sym if params.sym is not None else precision.method == "gptq"
+        awq_on_cuda = precision.method == "awq" and device.startswith("cuda")  # transformers casts AWQ to fp16 there
+        return kernels.choose(FORMAT[str(precision.method)], params.kernel, bits=precision.bits or 4,
+                              group_size=params.group_size, sym=sym, dtype="float16" if awq_on_cuda else precision.dtype,
+                              device=device, capability=capability)
+
+    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, engine: str = "hf",
+                         prequantized: bool = False) -> weights.WeightEstimate:
+        # Every gptqmodel kernel, on CPU and CUDA, keeps the GPTQ / AWQ-GEMM layout packed; GPTQ adds g_idx.
+        return weights.packed_checkpoint(arch, precision, self.params(precision).group_size,
+                                         g_idx=precision.method == "gptq")
 
     def load(self, resolved: Any, precision: PrecisionConfig, ctx: LoadContext) -> LoadedModel:
-        cpu_fixes.set_gptqmodel_workers()
-        if getattr(resolved, "prequantized", False):
-            return load_prequantized(resolved, precision, ctx)
+        cpu_fixes.set_gptqmodel_workers()  # before gptqmodel is first imported, also for pre-quantized loads
+        return super().load(resolved, precision, ctx)
+
+    def load_base(self, resolved: Any, precision: PrecisionConfig, ctx: LoadContext) -> LoadedModel:
         import gptqmodel
 
+        params = self.params(precision)
         linears = groups.quantized_linears(resolved, ctx.model_cfg.trust_remote_code)
         if precision.method == "awq":
             misfits = groups.awq_clip_misfits(linears)
@@ -57,14 +101,12 @@ class GptqModelBackend:
                     f"gptqmodel AWQ needs out_features divisible by {groups.AWQ_CLIP_ROWS}; {shown} are not "
                     "(use awq-int4, the llmcompressor AWQ)"
                 )
-        sizes, notes = local.group_size(precision, linears)
-        extra = {k: v for k, v in precision.params.items() if k not in OWN_PARAMS}
+        sizes, notes = local.group_size(params.group_size, linears)
         plan = local.QuantPlan(
             library="gptqmodel",
             method=str(precision.method),
             bits=precision.bits or 4,
-            params={**sizes,
-                    "batch_size": local.int_param(precision, "batch_size", 4), **extra},
+            params={**sizes, "batch_size": params.batch_size, **params.library_params()},
             calibration=local.calibration(ctx),
             notes=notes,
             versions={"gptqmodel": gptqmodel.__version__, **artifacts.library_versions()},
@@ -73,7 +115,7 @@ class GptqModelBackend:
         def build(out: Path) -> None:
             quantize_to(resolved, precision, ctx, plan, out)
 
-        return local.quantize_cached(resolved, precision, ctx, plan, build)
+        return local.quantize_cached(resolved, precision, ctx, plan, build, self.name, params.kernel)
 
 
 def quantize_to(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, plan: local.QuantPlan, out: Path) -> None:

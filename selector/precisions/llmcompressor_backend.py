@@ -7,52 +7,115 @@ CPU pitfalls handled here (see docs/precisions.md):
   on a machine without one: pinning is skipped there (cpu_fixes.no_pinned_memory_without_accelerator);
 - group size 128 is refused when a layer's width is not a multiple of it (SmolLM2: 576):
   lowered to the largest power of two that divides every quantized layer.
-On CPU, transformers unpacks the int4 weights to the load dtype when loading these checkpoints, so
-they run at bf16 speed and memory there; vLLM on a GPU runs them with int4 kernels.
+In-process, transformers 5.17 decompresses these checkpoints to the load dtype (kernel `dense`):
+on CPU that is the default (bf16 speed and memory). On CUDA the default (`auto`) converts the
+checkpoint losslessly to GPTQ v2 and runs it packed with gptqmodel's kernels (kernels.py); vLLM
+serves the compressed-tensors checkpoint itself with its int4 kernels.
 """
 
 from __future__ import annotations
 
-import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from selector.config import PrecisionConfig
-from selector.precisions import artifacts, cpu_fixes, groups, local
-from selector.precisions.base import LoadContext, LoadedModel, torch_dtype
-from selector.precisions.prequantized import load_prequantized
+from selector.precisions import artifacts, cpu_fixes, groups, kernels, local, weights
+from selector.precisions.base import Backend, LoadContext, LoadedModel, torch_dtype
+from selector.precisions.params import Where, param_error
 
 BITS = (4, 8)
 METHODS = ("gptq", "awq")
-OWN_PARAMS = ("group_size", "symmetric", "ignore")  # ours; other params go to the modifier
+OWN_PARAMS = ("group_size", "symmetric", "ignore")  # ours; the rest of plan.params go to the modifier
+Kernel = Literal["auto", "dense", "marlin", "exllama", "triton", "torch"]
 
 
-class LlmCompressorBackend:
-    def availability(self, precision: PrecisionConfig, device: str) -> tuple[bool, str]:
-        if importlib.util.find_spec("llmcompressor") is None:
-            return False, "llmcompressor is not installed (pip install 'selector[quant]')"
+@dataclass(frozen=True)
+class LlmCompressorParams:
+    group_size: int = 128  # lowered automatically when it does not divide every layer (recorded)
+    # GPTQ is usually symmetric; AWQ keeps a zero point (asymmetric), as in its paper and vLLM's presets.
+    symmetric: bool | None = None
+    ignore: list[str] | None = None  # layers left unquantized (default: the LM head)
+    kernel: Kernel = "auto"  # dense: transformers decompresses; others: converted to GPTQ v2, gptqmodel runs it
+    # Passed on to the modifier when set:
+    block_size: int | None = None  # GPTQ
+    dampening_frac: float | None = None  # GPTQ
+    actorder: Literal["static", "group", "weight"] | None = None  # GPTQ
+    duo_scaling: bool | None = None  # AWQ
+
+    def modifier_params(self, method: str) -> dict[str, Any]:
+        only = {"gptq": ("block_size", "dampening_frac", "actorder"), "awq": ("duo_scaling",)}[method]
+        return {k: getattr(self, k) for k in only if getattr(self, k) is not None}
+
+
+class LlmCompressorBackend(Backend):
+    name = "llmcompressor"
+    library = "llmcompressor"
+    Params = LlmCompressorParams
+    calibrates = True
+
+    def params(self, precision: PrecisionConfig, where: Where = Where()) -> Any:
+        params = super().params(precision, where)
+        other = {"gptq": ("duo_scaling",), "awq": ("block_size", "dampening_frac", "actorder")}.get(str(precision.method), ())
+        wrong = [k for k in other if getattr(params, k) is not None]
+        if wrong:
+            raise param_error(precision, wrong[0], f"does not apply to method {precision.method}", where)
+        return params
+
+    def unsupported(self, precision: PrecisionConfig, device: str) -> str:
         if precision.method not in METHODS:
-            return False, f"llmcompressor method {precision.method!r} is not one of {', '.join(METHODS)}"
+            return f"llmcompressor method {precision.method!r} is not one of {', '.join(METHODS)}"
         if (precision.bits or 4) not in BITS:
-            return False, f"llmcompressor weight-only schemes here support bits {BITS}, not {precision.bits}"
-        return True, ""
+            return f"llmcompressor weight-only schemes here support bits {BITS}, not {precision.bits}"
+        if not device.startswith("cuda"):
+            return self.kernel_decision(precision, device, None).error
+        return ""
+
+    def kernel_decision(self, precision: PrecisionConfig, device: str, capability: tuple[int, int] | None,
+                        group_size: int | None = None) -> kernels.KernelDecision:
+        """group_size: the one used for a known model (the requested one is lowered to fit its widths)."""
+        params = self.params(precision)
+        return kernels.choose("compressed-tensors", params.kernel, bits=precision.bits or 4,
+                              group_size=group_size or params.group_size, sym=self.symmetric(precision),
+                              dtype=precision.dtype, device=device, capability=capability)
+
+    def symmetric(self, precision: PrecisionConfig) -> bool:
+        given = self.params(precision).symmetric
+        return given if given is not None else precision.method == "gptq"
+
+    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, engine: str = "hf",
+                         prequantized: bool = False) -> weights.WeightEstimate:
+        group = self.params(precision).group_size
+        if weights.served(engine):  # vLLM runs compressed-tensors packed, as saved (no g_idx)
+            return weights.packed_checkpoint(arch, precision, group, g_idx=False, how="packed (served)")
+        if prequantized:  # a GPTQ/AWQ checkpoint from elsewhere is run packed by gptqmodel
+            return weights.packed_checkpoint(arch, precision, group, g_idx=precision.method == "gptq")
+        decision = self.kernel_decision(precision, device, None, weights.group_size(arch, group))
+        if decision.ok and decision.packed:  # converted to GPTQ v2: int32 g_idx per input column
+            return weights.packed_checkpoint(arch, precision, group, g_idx=True,
+                                             how=f"packed (GPTQ v2, {decision.candidates[0].name} kernel)")
+        if device.startswith("cuda"):
+            return weights.dense(arch, precision, f"{precision.dtype} (compressed-tensors unpacked, kernel dense)")
+        return weights.dense(arch, precision, f"{precision.dtype} (compressed-tensors unpacked on CPU)",
+                             ["kernel auto on a GPU converts it to GPTQ and keeps it packed"])
 
     def load(self, resolved: Any, precision: PrecisionConfig, ctx: LoadContext) -> LoadedModel:
-        if getattr(resolved, "prequantized", False):
-            return load_prequantized(resolved, precision, ctx)
+        cpu_fixes.set_gptqmodel_workers()  # converted checkpoints run on gptqmodel's kernels
+        return super().load(resolved, precision, ctx)
+
+    def load_base(self, resolved: Any, precision: PrecisionConfig, ctx: LoadContext) -> LoadedModel:
         from importlib.metadata import version
 
+        params = self.params(precision)
         linears = groups.quantized_linears(resolved, ctx.model_cfg.trust_remote_code)
-        sizes, notes = local.group_size(precision, linears)
-        # GPTQ is usually symmetric; AWQ keeps a zero point (asymmetric), as in its paper and vLLM's presets.
-        symmetric = bool(precision.params.get("symmetric", precision.method == "gptq"))
-        extra = {k: v for k, v in precision.params.items() if k not in OWN_PARAMS}
+        sizes, notes = local.group_size(params.group_size, linears)
         plan = local.QuantPlan(
             library="llmcompressor",
             method=str(precision.method),
             bits=precision.bits or 4,
-            params={**sizes, "symmetric": symmetric,
-                    "ignore": list(precision.params.get("ignore", ["lm_head"])), **extra},
+            params={**sizes, "symmetric": self.symmetric(precision),
+                    "ignore": list(params.ignore if params.ignore is not None else ["lm_head"]),
+                    **params.modifier_params(str(precision.method))},
             calibration=local.calibration(ctx),
             notes=notes,
             versions={"llmcompressor": version("llmcompressor"),
@@ -62,7 +125,7 @@ class LlmCompressorBackend:
         def build(out: Path) -> None:
             quantize_to(resolved, precision, ctx, plan, out)
 
-        return local.quantize_cached(resolved, precision, ctx, plan, build)
+        return local.quantize_cached(resolved, precision, ctx, plan, build, self.name, params.kernel)
 
 
 def quantize_to(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, plan: local.QuantPlan, out: Path) -> None:

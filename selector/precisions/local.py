@@ -1,5 +1,6 @@
 """What every calibrating backend (gptqmodel, llmcompressor) shares: calibration data, the artifact
-key, loading the saved checkpoint back, and the QuantInfo that reports it.
+key, loading the saved checkpoint back (with the kernel rule, selector/precisions/checkpoint.py),
+and the QuantInfo that reports it.
 
 A backend supplies only `build(out_dir, plan)`: quantize the base model and save it to `out_dir`.
 Everything else (group size, cache, lock, timing, reload) happens here the same way for all.
@@ -13,13 +14,7 @@ from typing import Any, Callable
 
 from selector.config import PrecisionConfig
 from selector.precisions import artifacts
-from selector.precisions.base import (
-    LoadContext,
-    LoadedModel,
-    dir_bytes,
-    load_tokenizer,
-    torch_dtype,
-)
+from selector.precisions.base import LoadContext, LoadedModel, dir_bytes, load_tokenizer
 from selector.types import QuantInfo
 
 
@@ -83,8 +78,12 @@ def quantize_cached(
     ctx: LoadContext,
     plan: QuantPlan,
     build: Callable[[Path], None],
+    backend: str,
+    kernel: str = "auto",
 ) -> LoadedModel:
-    """Build the artifact once (or find it), then load it like any quantized checkpoint."""
+    """Build the artifact once (or find it), then load it like any quantized checkpoint, with `kernel`."""
+    from selector.precisions.checkpoint import load_checkpoint
+
     key = artifact_key(resolved, precision, plan, ctx.model_cfg.name)
 
     def build_and_describe(out: Path) -> dict[str, Any]:
@@ -93,7 +92,7 @@ def quantize_cached(
                 "notes": plan.notes}
 
     art = artifacts.materialize(ctx.cache_dir, key, build_and_describe)
-    model = load_checkpoint(str(art.path), precision, ctx, local=True)
+    loaded = load_checkpoint(str(art.path), precision, ctx, local=True, backend=backend, requested=kernel)
     # The manifest holds what the build learnt (token counts, notes); a cache hit reports the same.
     quant = QuantInfo(
         method=plan.method,
@@ -109,23 +108,8 @@ def quantize_cached(
     notes = list(art.manifest.get("notes", plan.notes))
     if art.cached:
         notes.append(f"reused cached artifact {art.path.name} (quantized in {art.quantize_s} s)")
-    return LoadedModel(model, load_tokenizer(resolved), ctx.device, str(art.path), quant, notes)
-
-
-def load_checkpoint(path: str, precision: PrecisionConfig, ctx: LoadContext, local: bool, **kwargs: Any) -> Any:
-    """Load a (quantized) checkpoint with transformers, which reads its quantization_config."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(
-        path,
-        dtype=torch_dtype(precision.dtype),
-        device_map=ctx.device,
-        trust_remote_code=ctx.model_cfg.trust_remote_code,
-        **({"local_files_only": True} if local else {}),
-        **kwargs,
-    )
-    model.eval()
-    return model
+    notes += loaded.notes
+    return LoadedModel(loaded.model, load_tokenizer(resolved), ctx.device, str(art.path), quant, notes, loaded.kernel)
 
 
 def save_tokenizer(resolved: Any, out: Path) -> None:
@@ -135,22 +119,11 @@ def save_tokenizer(resolved: Any, out: Path) -> None:
     AutoTokenizer.from_pretrained(resolved.path, **resolved.load_kwargs()).save_pretrained(out)
 
 
-def group_size(precision: PrecisionConfig, linears: Any) -> tuple[dict[str, int], list[str]]:
+def group_size(requested: int, linears: Any) -> tuple[dict[str, int], list[str]]:
     """The group size to use (the requested one, lowered until it divides every quantized layer),
     as plan params, and the note saying so when it was lowered."""
     from selector.precisions import groups
 
-    requested = int_param(precision, "group_size", 128)
     used = groups.pick_group_size((s.in_features for s in linears), requested)
     notes = [f"group size {requested} does not divide every layer; used {used}"] if used != requested else []
     return {"group_size": used, "group_size_requested": requested}, notes
-
-
-def int_param(precision: PrecisionConfig, name: str, default: int) -> int:
-    value = precision.params.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        from selector.errors import ConfigError
-
-        where = f"conf/precision/{precision.name}.yaml"
-        raise ConfigError(where, f"params.{name}", f"must be an integer, got {value!r}")
-    return value

@@ -5,14 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 from selector.config import PrecisionConfig
-from selector.precisions.base import LoadContext, LoadedModel, load_tokenizer, torch_dtype
+from selector.precisions import weights
+from selector.precisions.base import Backend, LoadContext, LoadedModel, load_tokenizer, torch_dtype
 
 
-class NativeBackend:
-    def availability(self, precision: PrecisionConfig, device: str) -> tuple[bool, str]:
-        return True, ""
+class NativeBackend(Backend):
+    name = "native"
+    quantizes = False
 
-    def load(self, resolved: Any, precision: PrecisionConfig, ctx: LoadContext) -> LoadedModel:
+    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, engine: str = "hf",
+                         prequantized: bool = False) -> weights.WeightEstimate:
+        return weights.dense(arch, precision, f"{precision.dtype}")
+
+    def kernel_name(self, precision: PrecisionConfig) -> str:
+        return "dense"
+
+    def load_base(self, resolved: Any, precision: PrecisionConfig, ctx: LoadContext) -> LoadedModel:
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(

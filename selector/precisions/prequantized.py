@@ -1,8 +1,10 @@
 """Load a checkpoint that was quantized elsewhere (ModelConfig.prequantized), without quantizing.
 
-transformers reads the checkpoint's `quantization_config` and picks the loader: GPTQ (also old
-auto-gptq checkpoints) and AWQ (also old autoawq checkpoints) through gptqmodel, compressed-tensors
-(llmcompressor output), bitsandbytes and torchao through their own integrations.
+One branch for every backend (Backend.load calls it): transformers reads the checkpoint's
+`quantization_config` and picks the loader: GPTQ (also old auto-gptq checkpoints) and AWQ (also old
+autoawq checkpoints) through gptqmodel, with the kernel the precision's `kernel` param and the
+kernel rule choose; compressed-tensors (llmcompressor output) decompressed or converted to run
+packed; bitsandbytes and torchao through their own integrations.
 """
 
 from __future__ import annotations
@@ -12,13 +14,7 @@ from typing import Any
 
 from selector.config import PrecisionConfig
 from selector.errors import ConfigError
-from selector.precisions.base import (
-    LoadContext,
-    LoadedModel,
-    config_kwargs,
-    dir_bytes,
-    load_tokenizer,
-)
+from selector.precisions.base import LoadContext, LoadedModel, dir_bytes, load_tokenizer
 from selector.precisions.cpu_fixes import set_gptqmodel_workers
 from selector.types import QuantInfo
 
@@ -34,28 +30,23 @@ LOADER_PACKAGE = {
 SCALAR = (str, int, float, bool, type(None))
 
 
-def load_prequantized(resolved: Any, precision: PrecisionConfig, ctx: LoadContext) -> LoadedModel:
-    from transformers import AutoConfig
+def load_prequantized(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, backend: str,
+                      kernel: str = "auto") -> LoadedModel:
+    from selector.precisions.checkpoint import load_checkpoint, quantization_config
 
-    from selector.precisions.local import load_checkpoint
-
-    config = AutoConfig.from_pretrained(resolved.path, **config_kwargs(resolved))
-    qcfg = getattr(config, "quantization_config", None)
-    if qcfg is None:
+    kwargs = {k: v for k, v in resolved.load_kwargs().items() if k != "trust_remote_code"}
+    qdict = quantization_config(resolved.path, ctx, False, kwargs)
+    if not qdict:
         raise ConfigError(
             f"conf/model/{ctx.model_cfg.name}.yaml",
             f"prequantized.{precision.name}",
             f"{resolved.path} has no quantization_config in its config.json: it is not a quantized checkpoint",
         )
-    qdict = qcfg if isinstance(qcfg, dict) else qcfg.to_dict()
     method = str(qdict.get("quant_method", "unknown"))
     package = LOADER_PACKAGE.get(method, "transformers")
     if package == "gptqmodel":
         set_gptqmodel_workers()
-    kwargs = resolved.load_kwargs()
-    model = load_checkpoint(
-        resolved.path, precision, ctx, local=False, **{k: v for k, v in kwargs.items() if k != "trust_remote_code"}
-    )
+    loaded = load_checkpoint(resolved.path, precision, ctx, local=False, backend=backend, requested=kernel, **kwargs)
     artifact_dir = str(resolved.path) if getattr(resolved, "is_local", False) else None
     quant = QuantInfo(
         method=method,
@@ -68,8 +59,8 @@ def load_prequantized(resolved: Any, precision: PrecisionConfig, ctx: LoadContex
         artifact_bytes=dir_bytes(artifact_dir),
         calibration={"source": "prequantized"},
     )
-    notes = [f"loaded pre-quantized checkpoint {resolved.path} ({method}); nothing was quantized here"]
-    return LoadedModel(model, load_tokenizer(resolved), ctx.device, artifact_dir, quant, notes)
+    notes = [f"loaded pre-quantized checkpoint {resolved.path} ({method}); nothing was quantized here", *loaded.notes]
+    return LoadedModel(loaded.model, load_tokenizer(resolved), ctx.device, artifact_dir, quant, notes, loaded.kernel)
 
 
 def _version(package: str) -> str:

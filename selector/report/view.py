@@ -123,6 +123,7 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
     has_flips = any(v.baseline_paired for v in selection.verdicts)
     has_quant_time = any(r.quant and r.quant.quantize_s is not None for r in records)
     has_artifact = any(artifact_bytes(r) is not None for r in records)
+    has_kernel = any(r.kernel for r in records)
     columns = ["variant", "params", "precision", "verdict"]
     for t in tasks:
         floor = task_floor(selection, t)
@@ -132,6 +133,7 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
     columns += ["flips vs baseline"] if has_flips else []
     columns += ["quantize time"] if has_quant_time else []
     columns += ["artifact GB"] if has_artifact else []
+    columns += ["kernel"] if has_kernel else []
     columns.append("reasons")
     table = Table(columns=columns)
     for r in order_records(records):
@@ -164,6 +166,8 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
             row.append(Cell(fmt.seconds(r.quant.quantize_s if r.quant else None) + cached, "num"))
         if has_artifact:
             row.append(Cell(fmt.gigabytes(artifact_bytes(r)), "num"))
+        if has_kernel:
+            row.append(kernel_cell(r))
         reasons = verdict.reasons if verdict else ([r.reason] if r.reason else [])
         row.append(Cell("; ".join(reasons), "reasons"))
         table.rows.append(row)
@@ -171,9 +175,26 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
         "Accuracy: value [95% CI]; cells below a floor are marked. Peak GB: GPU max allocated where a GPU "
         "was used, else peak RSS of the whole process. Latency: batch 1 after warm-up. tok/s: best output "
         "tokens per second over the measured batch sizes. Flips: share of items whose correctness changed "
-        "against the same model at the baseline precision (-: became wrong, +: became right)."
+        "against the same model at the baseline precision (-: became wrong, +: became right). Kernel: what "
+        "ran the linear layers (class of the first quantized one); marked: a quantized checkpoint run unpacked."
     )
     return table
+
+
+def kernel_cell(record: RunRecord) -> Cell:
+    """The kernel that ran the variant: a broken or unpacked kernel can pass for accuracy loss."""
+    k = record.kernel
+    if k is None:
+        return Cell(fmt.DASH, "muted")
+    shown = (k.weight_class or k.linear_class).rsplit(".", 1)[-1]
+    detail = [f"{k.linear_class}: {k.quantized_layers} quantized, {k.plain_layers} plain torch.nn.Linear layers"]
+    detail += [f"weights held as {k.weight_class}"] if k.weight_class else []
+    detail += [f"library kernel {k.library_kernel}"] if k.library_kernel else []
+    detail += [f"asked for {k.requested}"] if k.requested != "auto" else []
+    detail += [f"passed over: {'; '.join(k.fallbacks)}"] if k.fallbacks else []
+    text = f"{k.kernel} ({shown})" + (" unpacked" if k.unpacked else "")
+    return Cell(text, "below" if k.unpacked else "", "; ".join(detail),
+                sub=k.library_kernel if k.library_kernel and k.library_kernel not in text else "")
 
 
 def key_numbers(record: RunRecord, reference: RunRecord | None, selection: Selection) -> list[dict[str, str]]:

@@ -1,6 +1,6 @@
 """Can this variant run here? One answer for the sweep's preflight (before anything starts) and
 for the worker (on the device it actually got): the model's source and needs, and the precision
-backend's own check (library installed, device supported)."""
+backend's own check (library installed, device supported, a kernel for this GPU)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,22 @@ def planned_device(cfg: SelectorConfig) -> str:
     """Where the variant would run: "cuda" or "cpu"."""
     wants_cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and cuda_available())
     return "cuda" if wants_cuda else "cpu"
+
+
+def check_precision(cfg: SelectorConfig, choices: dict[str, str] | None = None,
+                    given: frozenset[str] = frozenset(), dirs: tuple[Path, ...] = ()) -> None:
+    """The precision names a registered backend and gives it params it takes; a ConfigError naming
+    conf/precision/<name>.yaml, the line and the field otherwise (before anything loads).
+    dirs: the user's config folders (hydra.searchpath), where the precision file may live."""
+    from selector.precisions import get_backend
+    from selector.precisions.params import Where
+
+    stem = (choices or {}).get("precision") or cfg.precision.name
+    try:
+        backend = get_backend(cfg.precision.backend)
+    except KeyError as e:
+        raise ConfigError(f"conf/precision/{stem}.yaml", "backend", str(e)) from None
+    backend.params(cfg.precision, Where(stem, given, dirs))
 
 
 def availability(cfg: SelectorConfig, device: str | None = None) -> tuple[bool, str]:

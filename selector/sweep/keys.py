@@ -23,8 +23,11 @@ def digest(obj: Any, length: int = 16) -> str:
 
 
 def calibrates(cfg: SelectorConfig) -> bool:
-    """Does this variant quantize from calibration data (so the calibration can change its scores)?"""
-    return cfg.precision.backend in ("gptqmodel", "llmcompressor") and cfg.precision.name not in cfg.model.prequantized
+    """Does this variant quantize from calibration data (so the calibration can change its scores)?
+    The backend says whether it calibrates; a pre-quantized checkpoint was calibrated elsewhere."""
+    from selector.precisions import get_backend
+
+    return get_backend(cfg.precision.backend).calibrates and cfg.precision.name not in cfg.model.prequantized
 
 
 def evaluation_key(cfg: SelectorConfig, evalset_hash: str) -> str:

@@ -145,6 +145,7 @@ class VariantRun:
         )
         reset_cuda_peak()
         loaded = backend.load(resolved, cfg.precision, ctx)
+        self.record.kernel = loaded.kernel
         if loaded.quant is not None:
             self.record.quant = loaded.quant
             self.record.quant.notes = list(dict.fromkeys([*loaded.quant.notes, *loaded.notes]))
@@ -175,7 +176,8 @@ class VariantRun:
             if cfg.measure.latency.enabled:
                 perf.latency = measure_latency(loaded.model, loaded.tokenizer, cfg.measure.latency, fast=engine.fast)
             if cfg.measure.throughput.enabled:
-                perf.throughput = measure_throughput(loaded.model, loaded.tokenizer, cfg.measure.throughput, fast=engine.fast)
+                perf.throughput = measure_throughput(loaded.model, loaded.tokenizer, cfg.measure.throughput,
+                                                     fast=engine.fast, latency=perf.latency)
             perf.compiled, perf.compile_s, perf.compile_note = engine.fast.active, engine.fast.compile_s, engine.fast.note
             if cfg.measure.load.enabled:
                 from selector.measure.load import run_inprocess_load
@@ -217,17 +219,14 @@ class VariantRun:
     def _measure_memory(self, resolved, loaded, device: str) -> None:  # type: ignore[no-untyped-def]
         from selector.measure.memory import measure_memory
         from selector.precisions.base import dir_bytes
+        from selector.precisions.kernel_info import unpacked_note
 
         artifact = loaded.quant.artifact_bytes if loaded.quant and loaded.quant.artifact_bytes else None
         on_disk = artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
         self.record.memory = measure_memory(loaded.model, device, on_disk)
-        held, quant = self.record.memory.weight_bytes, self.record.quant
-        if quant and artifact and held > 1.15 * artifact:  # packed formats hold about their file size
-            # e.g. compressed-tensors int4: transformers unpacks it to the compute dtype to run it.
-            quant.notes.append(
-                f"in memory the weights take {held / 2**30:.2f} GB against {artifact / 2**30:.2f} GB on disk: the "
-                "in-process engine runs this checkpoint format unpacked; a server with a packed kernel for it "
-                "(such as vLLM) keeps it packed")
+        quant, kernel = self.record.quant, self.record.kernel
+        if quant and kernel and kernel.unpacked:  # read off the modules: plain Linear where a quantized model was loaded
+            quant.notes.append(unpacked_note(kernel))
 
     def _prepare_evaluation(self, tasks) -> None:  # type: ignore[no-untyped-def]
         """The item store of this variant's evaluation key, and the floors' tests when it may stop early."""

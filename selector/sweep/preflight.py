@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -17,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from selector.config import SelectorConfig, validate
 from selector.errors import ConfigError, UserError
 from selector.plan.estimate import planned_weight_bytes
-from selector.sweep.availability import availability, planned_device
+from selector.sweep.availability import availability, check_precision, planned_device
 from selector.sweep.keys import evaluation_key, sweep_key, variant_key
 
 
@@ -122,11 +123,14 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     from selector.config import to_dict
 
     jobs = grid_overrides(config) if multirun else [list(config.hydra.overrides.task)]
+    user_dirs = tuple(Path(str(e)[len("file://"):]) for e in OmegaConf.select(config, "hydra.searchpath") or []
+                      if str(e).startswith("file://"))
     planned, choices = [], {}
     notices: list[str] = []
     for overrides in jobs:
         job, choices = compose_job(config, overrides) if multirun else (config, dict(config.hydra.runtime.choices))
         cfg, found = job_config_and_notices(job, choices, given_keys(overrides))
+        check_precision(cfg, choices, given_keys(overrides), user_dirs)  # a bad precision param stops the sweep here
         notices = notices or found
         _, ehash = load_tasks(cfg)
         ok, why = availability(cfg)

@@ -250,8 +250,7 @@ class MlflowTracker:
 
         existing = self.client.get_run(run_id).data.params
         new = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in existing]
-        for i in range(0, len(new), 100):
-            self._retry(lambda chunk=new[i : i + 100]: self.client.log_batch(run_id, params=chunk))
+        self._retry(lambda: self.client.log_batch(run_id, params=new))  # it splits into MLflow's batch limits
 
     def _log_batch(self, run_id: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
         from mlflow.entities import Metric, RunTag
@@ -259,8 +258,7 @@ class MlflowTracker:
         now = int(time.time() * 1000)
         ms = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
         ts = [RunTag(k, str(v)) for k, v in tags.items()]
-        for i in range(0, max(len(ms), len(ts), 1), 500):
-            self._retry(lambda i=i: self.client.log_batch(run_id, metrics=ms[i : i + 500], tags=ts[i : i + 500]))
+        self._retry(lambda: self.client.log_batch(run_id, metrics=ms, tags=ts))  # it splits into MLflow's limits
 
     # ---- resume --------------------------------------------------------------------------
     def find_completed(self, parent_id: str | None, key: str) -> RunRecord | None:

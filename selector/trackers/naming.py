@@ -47,9 +47,29 @@ def record_params(record: RunRecord) -> dict[str, str]:
             if isinstance(v, (str, int, float, bool)) or v is None:
                 params[f"quant.{k}"] = str(v)
         params["quant.library"] = f"{record.quant.library}=={record.quant.library_version}"
+    params.update(kernel_params(record))
     for lib, ver in record.environment.get("versions", {}).items():
         params[f"version.{lib}"] = str(ver)
     return {k: v[:6000] for k, v in params.items()}
+
+
+def kernel_params(record: RunRecord) -> dict[str, str]:
+    """Which kernel ran the linear layers (kernel.*): a broken or unpacked kernel can pass for accuracy loss."""
+    k = record.kernel
+    if k is None:
+        return {}
+    return {
+        "kernel": k.kernel,
+        "kernel.requested": k.requested,
+        "kernel.linear_class": k.linear_class,
+        "kernel.weight_class": k.weight_class,
+        "kernel.library_kernel": k.library_kernel,
+        "kernel.quantized_layers": str(k.quantized_layers),
+        "kernel.plain_layers": str(k.plain_layers),
+        "kernel.unpacked": str(k.unpacked),
+        "kernel.dtype": k.dtype,
+        "kernel.fallbacks": "; ".join(k.fallbacks),
+    }
 
 
 def record_metrics(record: RunRecord) -> dict[str, float]:

@@ -19,7 +19,6 @@ from selector.errors import UserError
 log = logging.getLogger("selector.trackers.sync")
 SYNCED_FROM = "selector.synced_from"
 PARENT = "mlflow.parentRunId"
-BATCH = 1000  # MLflow's log_batch limit on metrics per call (params: 100)
 
 
 @dataclass
@@ -96,14 +95,11 @@ def _copy_run(src: Any, dst: Any, run: Any, experiment_id: str, id_map: dict[str
     tags[SYNCED_FROM] = run.info.run_id
     new = dst.create_run(experiment_id, start_time=run.info.start_time, tags=tags, run_name=run.info.run_name)
     rid = new.info.run_id
-    params = [Param(k, v) for k, v in run.data.params.items()]
-    for i in range(0, len(params), 100):
-        dst.log_batch(rid, params=params[i : i + 100])
     history: list[Metric] = []
     for key in run.data.metrics:
         history.extend(Metric(m.key, m.value, m.timestamp, m.step) for m in src.get_metric_history(run.info.run_id, key))
-    for i in range(0, len(history), BATCH):
-        dst.log_batch(rid, metrics=history[i : i + BATCH])
+    # MlflowClient.log_batch splits what it is given into the server's per-request limits itself.
+    dst.log_batch(rid, metrics=history, params=[Param(k, v) for k, v in run.data.params.items()])
     inputs = getattr(run, "inputs", None)
     if inputs is not None and inputs.dataset_inputs:
         dst.log_inputs(rid, datasets=list(inputs.dataset_inputs))

@@ -31,16 +31,21 @@ def test_exits_early_with_a_clear_message_without_cuda(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr and not out.exists()
 
 
-@pytest.mark.slow
-def test_plumbing_on_cpu_writes_one_json(tmp_path: Path) -> None:
+def run_check(tmp_path: Path, precisions: str, *args: str) -> tuple[dict, dict[str, dict]]:  # type: ignore[type-arg]
+    """gpu_check.py on a one-layer model, one timed repeat: the report, and its results by precision."""
     out = tmp_path / "gpu_check.json"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu", "--out", str(out),
-                           "--precisions", "bf16,int8", "--layers", "1", "--warmup", "0", "--repeats", "1"],
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--out", str(out), "--precisions",
+                           precisions, "--layers", "1", "--warmup", "0", "--repeats", "1", *args],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(out.read_text())
+    return report, {r["precision"]: r for r in report["results"]}
+
+
+@pytest.mark.quant("bitsandbytes")
+def test_plumbing_on_cpu_writes_one_json(tmp_path: Path) -> None:
+    report, results = run_check(tmp_path, "bf16,int8", "--device", "cpu")
     assert report["device"] == "cpu" and report["gpu"] is None
-    results = {r["precision"]: r for r in report["results"]}
     assert results["bf16"]["status"] == results["int8"]["status"] == "ok"
     assert "Linear8bitLt" in results["int8"]["linear_classes"]  # bitsandbytes really quantized it
     assert results["int8"]["weight_bytes"] < results["bf16"]["weight_bytes"]
@@ -110,3 +115,15 @@ def test_arch_skips_what_the_budget_cannot_hold_and_says_so(tmp_path: Path) -> N
     assert [r["status"] for r in report["results"]] == ["skipped", "skipped"]  # 37 and 45 s by the estimate
     assert all("by the estimate" in r["reason"] and "of the budget left" in r["reason"] for r in report["results"])
     assert {c["status"] for c in report["checks"] if c["check"] == "weights_vs_plan"} == {"not run (skipped)"}
+
+
+@pytest.mark.gpu
+@pytest.mark.quant("bitsandbytes")
+def test_on_a_gpu_the_check_runs_for_real(tmp_path: Path) -> None:
+    """The CUDA counterpart of the tests above: fp16 and bitsandbytes int8 on the device (its default)."""
+    report, results = run_check(tmp_path, "fp16,int8")
+    assert report["device"] == "cuda:0" and report["gpu"] and report["cuda"]
+    assert results["fp16"]["status"] == results["int8"]["status"] == "ok"
+    assert "Linear8bitLt" in results["int8"]["linear_classes"]
+    assert 0 < results["int8"]["weight_bytes"] < results["fp16"]["weight_bytes"]
+    assert results["fp16"]["cuda_max_allocated_bytes"] > 0  # measured on the device, not in host memory

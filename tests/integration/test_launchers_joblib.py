@@ -6,6 +6,7 @@ different GPU id, exported it as CUDA_VISIBLE_DEVICES for its worker, and that t
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -89,3 +90,24 @@ def test_two_variants_run_at_once_each_on_its_own_gpu(tmp_path: Path) -> None:
     assert len(children) == 2 and all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id for c in children)
     assert all(c.data.tags["selector.status"] == "completed" for c in children)
     assert children[1].info.start_time < children[0].info.end_time, "the joblib jobs did not overlap"
+
+
+@pytest.mark.slow
+def test_adaptive_search_runs_in_waves_of_the_pool_size(tmp_path: Path) -> None:
+    """Two GPUs in the pool: waves of two, smallest planned first; once a wave has an eligible
+    variant, the larger ones left are not needed."""
+    write_model_config(tmp_path / "conf", "tiny", build_tiny_llama(tmp_path / "tiny-model"))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"output_dir={out}",
+           f"cache_dir={tmp_path / 'cache'}", "model=tiny", "precision=fp32,bf16,int8", "measure=quick",
+           "evalset.limit=2", "evalset.tasks=[sentiment]", "policy.floors.sentiment=0.0", "threads=1",
+           "device=cpu", "hydra/launcher=joblib_gpus"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
+                          env={**os.environ, "SELECTOR_GPUS": "4,6"})
+    assert done.returncode == 0, done.stderr[-6000:]
+    [state] = [json.loads(p.read_text()) for p in out.glob("sweeps/*/sweep.json")]
+    search = state["search"]
+    assert search["workers"] == 2 and search["order"] == ["tiny/int8", "tiny/bf16", "tiny/fp32"]
+    statuses = {v["name"]: v["status"] for v in search["verdicts"]}
+    # int8 and bf16 ran together in the first wave; both met the floor, so fp32 was not needed
+    assert statuses == {"tiny/int8": "eligible", "tiny/bf16": "eligible", "tiny/fp32": "pruned"}

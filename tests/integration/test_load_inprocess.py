@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from selector.compose import compose as _compose
-from selector.types import PerfResult, RunRecord, Variant
+from selector.types import PerfResult, RunRecord
+from tests.factories import run_record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,8 +86,7 @@ def test_levels_flow_into_metrics_plots_and_selection(tiny: tuple[Any, Any]) -> 
 
     cfg = config()
     levels = run_inprocess_load(*tiny, tasks_for(cfg), cfg)
-    record = RunRecord(key="k", variant=Variant(model="tiny", precision="fp32"), status="completed",
-                       perf=PerfResult(device="cpu", load=levels))
+    record = run_record("tiny", "fp32", perf=PerfResult(device="cpu", load=levels))
     record = RunRecord.model_validate_json(record.model_dump_json())  # what a stored record gives back
 
     metrics = load_metrics(record)

@@ -7,21 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from selector import models
-from selector.config import CONF_DIR, ModelConfig
-
-
-def model_config(name: str) -> ModelConfig:
-    merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml"))
-    model = OmegaConf.to_object(merged)
-    assert isinstance(model, ModelConfig)
-    return model
+from selector.config import ModelConfig
+from tests.factories import shipped_config
 
 
 def resolve_fresh(name: str, cache: Path) -> models.ResolvedModel:
-    model = model_config(name)
+    model = shipped_config("model", name, ModelConfig)
     ok, why = models.check_available(model, cache_dir=cache)
     if not ok:
         pytest.skip(f"{name}: {why}")
@@ -36,7 +29,7 @@ def load(resolved: models.ResolvedModel):  # type: ignore[no-untyped-def]
 
 
 def test_smollm2_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    model = model_config("smollm2-135m")
+    model = shipped_config("model", "smollm2-135m", ModelConfig)
     resolved = resolve_fresh("smollm2-135m", tmp_path)
     manifest = resolved.manifest
     assert manifest["gguf"]["sha256"] == model.source.sha256 and manifest["gguf"]["quantization"] == "Q4_1"

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.sweep_helpers import QUICK, ROOT, mlflow_runs, run_selector
 
 ZERO_FLOORS = ("policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.0")
@@ -31,6 +33,7 @@ def _floors_line(stdout: str) -> str:
     return next(line for line in stdout.splitlines() if "floors:" in line).split("floors:")[1].strip()
 
 
+@pytest.mark.slow  # two sweeps: 136 s on 2 shared cores
 def test_a_rerun_with_new_floors_reuses_the_variants_and_applies_the_new_floors(tiny_setup: dict[str, Path]) -> None:
     first = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", *QUICK)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -63,6 +66,7 @@ def test_a_rerun_with_new_floors_reuses_the_variants_and_applies_the_new_floors(
     assert json.loads(newest_report.read_text())["selection"]["policy"]["floors"] == {"sentiment": 0.99, "arithmetic": 0.0}
 
 
+@pytest.mark.slow  # 103 s on 2 shared cores
 def test_a_users_own_eval_set_gets_its_floors_and_not_the_default_ones(tiny_setup: dict[str, Path],
                                                                           tmp_path: Path) -> None:
     evalset = tmp_path / "my_evalset"

@@ -20,13 +20,15 @@ from typing import Any
 import pytest
 import torch
 
-from selector.config import CONF_DIR, CalibrationConfig, ModelConfig, PrecisionConfig
+from selector.config import CalibrationConfig, ModelConfig
 from selector.engines.base import GenerationRequest, LoglikelihoodRequest
 from selector.errors import ConfigError, UnavailableError
 from selector.measure.fidelity import Reference, compare_model, corpus_probes, reference_from
 from selector.models import ResolvedModel
 from selector.precisions import get_backend
 from selector.precisions.base import LoadContext, LoadedModel
+from tests.factories import shipped_precision
+from tests.tiers import precision_case
 
 EIGHT_BIT = ["int8", "int8-torchao", "gptq-int8"]
 FOUR_BIT = ["nf4", "gptq-int4", "awq-int4", "awq-int4-gptqmodel", "gptq-int4-llmcompressor"]
@@ -67,19 +69,9 @@ def resolved(path: Path, prequantized: bool = False) -> ResolvedModel:
     return ResolvedModel(name=path.name, path=str(path), is_local=True, prequantized=prequantized, kind="local")
 
 
-def precision(name: str, **params: Any) -> PrecisionConfig:
-    from omegaconf import OmegaConf
-
-    cfg: PrecisionConfig = OmegaConf.to_object(
-        OmegaConf.merge(OmegaConf.structured(PrecisionConfig), OmegaConf.load(CONF_DIR / "precision" / f"{name}.yaml"))
-    )  # type: ignore[assignment]
-    cfg.params.update(params)
-    return cfg
-
-
 def load(model_dir: Path, name: str, cache: Path, calibration: CalibrationConfig = SMALL_CALIBRATION,
          prequantized: bool = False, **params: Any) -> LoadedModel:
-    prec = precision(name, **params)
+    prec = shipped_precision(name, **params)
     backend = get_backend(prec.backend)
     ok, why = backend.availability(prec, "cpu")
     assert ok, why
@@ -138,7 +130,7 @@ def outcome(tiny: Path, cache: Path, probes: list[list[int]], fp32_reference: Re
 
 
 # ---- every backend end to end -------------------------------------------------------------------
-@pytest.mark.parametrize("name", EIGHT_BIT + FOUR_BIT)
+@pytest.mark.parametrize("name", [precision_case(n) for n in EIGHT_BIT + FOUR_BIT])
 def test_backend_end_to_end(name: str, outcome) -> None:  # type: ignore[no-untyped-def]
     out = outcome(name)
     quant = out.loaded.quant
@@ -167,6 +159,7 @@ def test_backend_end_to_end(name: str, outcome) -> None:  # type: ignore[no-unty
         assert out.loaded.artifact_dir is None and quant.artifact_dir is None
 
 
+@pytest.mark.quant()
 def test_eight_bit_is_closer_to_fp32_than_four_bit(outcome) -> None:  # type: ignore[no-untyped-def]
     eight = [outcome(n) for n in EIGHT_BIT]
     four = [outcome(n) for n in FOUR_BIT]
@@ -174,21 +167,24 @@ def test_eight_bit_is_closer_to_fp32_than_four_bit(outcome) -> None:  # type: ig
     assert max(o.kl for o in eight) * 10 < min(o.kl for o in four)
 
 
+@pytest.mark.quant("torchao")
 def test_torchao_int4_is_unavailable_on_cpu_with_a_reason() -> None:
-    prec = precision("int4-torchao")
+    prec = shipped_precision("int4-torchao")
     ok, why = get_backend(prec.backend).availability(prec, "cpu")
     assert not ok and "CUDA" in why
     assert get_backend(prec.backend).availability(prec, "cuda:0") == (True, "")
 
 
+@pytest.mark.quant("gptqmodel")
 def test_gptqmodel_awq_on_cpu_needs_bf16() -> None:
-    prec = precision("awq-int4-gptqmodel")
+    prec = shipped_precision("awq-int4-gptqmodel")
     prec.dtype = "float32"
     ok, why = get_backend(prec.backend).availability(prec, "cpu")
     assert not ok and "bfloat16" in why
 
 
 # ---- the artifact cache -------------------------------------------------------------------------
+@pytest.mark.quant("gptqmodel", "optimum")
 def test_second_load_is_a_cache_hit(tiny: Path, cache: Path, outcome) -> None:  # type: ignore[no-untyped-def]
     first = outcome("gptq-int4").loaded.quant
     folder = Path(first.artifact_dir)
@@ -203,6 +199,7 @@ def test_second_load_is_a_cache_hit(tiny: Path, cache: Path, outcome) -> None:  
     assert any("reused cached artifact" in n for n in again.notes)
 
 
+@pytest.mark.quant("gptqmodel", "optimum")
 def test_key_changes_with_calibration_and_params(tiny: Path, cache: Path, outcome) -> None:  # type: ignore[no-untyped-def]
     first = outcome("gptq-int4").loaded.quant
     other_seed = load(tiny, "gptq-int4", cache, calibration=CalibrationConfig(num_samples=4, seq_len=64, seed=1))
@@ -219,7 +216,7 @@ def tiny96(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_model(tmp_path_factory.mktemp("models96") / "tiny96", hidden=96, layers=2)
 
 
-@pytest.mark.parametrize("name", ["gptq-int4", "gptq-int4-llmcompressor"])
+@pytest.mark.parametrize("name", [precision_case("gptq-int4"), precision_case("gptq-int4-llmcompressor")])
 def test_group_size_falls_to_one_that_divides_hidden_96(name: str, tiny96: Path, cache: Path) -> None:
     loaded = load(tiny96, name, cache)
     assert loaded.quant.params["group_size"] == 32 and loaded.quant.params["group_size_requested"] == 128
@@ -232,12 +229,14 @@ def test_group_size_falls_to_one_that_divides_hidden_96(name: str, tiny96: Path,
     assert torch.isfinite(logits).all()
 
 
+@pytest.mark.quant("gptqmodel")
 def test_gptqmodel_awq_refuses_layers_its_clip_search_cannot_split(tiny96: Path, cache: Path) -> None:
     with pytest.raises(UnavailableError, match="divisible by 64"):
         load(tiny96, "awq-int4-gptqmodel", cache)
 
 
 # ---- pre-quantized checkpoints ------------------------------------------------------------------
+@pytest.mark.quant("gptqmodel", "optimum")
 def test_prequantized_checkpoint_loads_without_quantizing(tiny: Path, cache: Path, outcome) -> None:  # type: ignore[no-untyped-def]
     local = outcome("gptq-int4").loaded
     folder = Path(local.quant.artifact_dir)
@@ -253,12 +252,14 @@ def test_prequantized_checkpoint_loads_without_quantizing(tiny: Path, cache: Pat
         assert torch.equal(pre.model(input_ids=ids).logits, local.model(input_ids=ids).logits)
 
 
+@pytest.mark.quant("gptqmodel")
 def test_prequantized_folder_without_quantization_config_is_a_config_error(tiny: Path, cache: Path) -> None:
     with pytest.raises(ConfigError, match="not a quantized checkpoint"):
         load(tiny, "gptq-int4", cache, prequantized=True)
 
 
 # ---- CPU pitfalls -------------------------------------------------------------------------------
+@pytest.mark.quant("bitsandbytes")
 def test_nf4_is_requantized_at_load_and_matches_a_fresh_quantization(tiny: Path, cache: Path) -> None:
     # bitsandbytes on AVX512-BF16 CPUs repacks NF4 weights on the first forward; a state_dict saved
     # after that is corrupt. We never save NF4: each load quantizes afresh, so a model that has
@@ -275,6 +276,7 @@ def test_nf4_is_requantized_at_load_and_matches_a_fresh_quantization(tiny: Path,
     assert not (cache / "quantized" / f"{tiny.name}-nf4").exists()
 
 
+@pytest.mark.quant("gptqmodel", "optimum")
 def test_gemma3_gptq_saves_despite_stray_rope_keys(tmp_path: Path, cache: Path) -> None:
     gemma = build_model(tmp_path / "tinygemma", hidden=128, layers=2, arch="gemma3")
     loaded = load(gemma, "gptq-int4", cache)
@@ -285,6 +287,7 @@ def test_gemma3_gptq_saves_despite_stray_rope_keys(tmp_path: Path, cache: Path) 
         assert torch.isfinite(loaded.model(input_ids=torch.tensor([[1, 2, 3]])).logits).all()
 
 
+@pytest.mark.quant("llmcompressor")
 def test_llmcompressor_pinning_fails_on_cpu_and_is_skipped_there() -> None:
     from llmcompressor.pipelines.cache import IntermediatesCache, IntermediateValue
 

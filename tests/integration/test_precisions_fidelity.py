@@ -20,7 +20,8 @@ from selector.models import resolve
 from selector.precisions import get_backend
 from selector.precisions.base import LoadContext, LoadedModel
 from selector.tasks import load_evalset
-from tests.integration.test_precisions_backends import build_model, precision
+from tests.factories import selector_config
+from tests.integration.test_precisions_backends import build_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,8 +36,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
 
 
 def cfg_for(root: Path, model: ModelConfig, name: str) -> SelectorConfig:
-    return SelectorConfig(model=model, precision=precision(name), cache_dir=str(root / "cache"),
-                          calibration=CalibrationConfig(num_samples=4, seq_len=64), baseline_precision="bf16")
+    return selector_config(root / "cache", model, name, calibration=CalibrationConfig(num_samples=4, seq_len=64))
 
 
 def load_variant(cfg: SelectorConfig) -> LoadedModel:
@@ -50,6 +50,7 @@ def fidelity_files(root: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors")) if folder.exists() else []
 
 
+@pytest.mark.quant("bitsandbytes")
 def test_baseline_writes_the_probe_file_and_variants_compare_against_it(setup) -> None:  # type: ignore[no-untyped-def]
     root, model, tasks = setup
     base_cfg = cfg_for(root, model, "bf16")
@@ -78,6 +79,7 @@ def test_baseline_writes_the_probe_file_and_variants_compare_against_it(setup) -
     assert fidelity_files(root) == files  # variants read the file, they do not write another
 
 
+@pytest.mark.quant("bitsandbytes")
 def test_a_variant_without_a_probe_file_loads_the_baseline_itself(setup) -> None:  # type: ignore[no-untyped-def]
     root, model, tasks = setup
     int8_cfg = cfg_for(root, model, "int8")

@@ -13,28 +13,22 @@ import os
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
-
 from selector import models
-from selector.config import CONF_DIR, CalibrationConfig, ModelConfig, SelectorConfig
+from selector.config import CalibrationConfig, ModelConfig, SelectorConfig
 from selector.measure.fidelity import measure_fidelity
 from selector.precisions import get_backend
 from selector.precisions.base import LoadContext, LoadedModel
 from selector.tasks import evaluate_task, load_evalset
-from tests.integration.test_precisions_backends import precision
+from tests.factories import selector_config, shipped_config
+from tests.tiers import precision_case
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 
 
-def conf(group: str, name: str, schema: type):  # type: ignore[no-untyped-def]
-    merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(CONF_DIR / group / f"{name}.yaml"))
-    return OmegaConf.to_object(merged)
-
-
 @pytest.fixture(scope="module")
 def smol(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    model: ModelConfig = conf("model", "smollm2-135m", ModelConfig)
+    model = shipped_config("model", "smollm2-135m", ModelConfig)
     cache = Path(os.environ.get("SELECTOR_TEST_CACHE") or tmp_path_factory.mktemp("smollm2-cache"))
     ok, why = models.check_available(model, cache_dir=cache)
     if not ok:
@@ -44,8 +38,7 @@ def smol(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
 
 
 def cfg_for(model: ModelConfig, cache: Path, name: str) -> SelectorConfig:
-    return SelectorConfig(model=model, precision=precision(name), cache_dir=str(cache),
-                          calibration=conf("calibration", "default", CalibrationConfig))
+    return selector_config(cache, model, name, calibration=shipped_config("calibration", "default", CalibrationConfig))
 
 
 def load_variant(cfg: SelectorConfig, tasks: list) -> LoadedModel:  # type: ignore[type-arg]
@@ -79,11 +72,11 @@ def baseline_accuracy(smol) -> float:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(
     ("name", "min_agreement", "max_kl"),
     [
-        ("int8", 0.9, 0.1),
-        ("int8-torchao", 0.9, 0.1),
-        ("nf4", 0.7, 0.5),
-        ("gptq-int4", 0.7, 0.5),
-        ("awq-int4", 0.7, 0.5),
+        precision_case("int8", 0.9, 0.1),
+        precision_case("int8-torchao", 0.9, 0.1),
+        precision_case("nf4", 0.7, 0.5),
+        precision_case("gptq-int4", 0.7, 0.5),
+        precision_case("awq-int4", 0.7, 0.5),
     ],
 )
 def test_smollm2_stays_close_to_bf16(  # type: ignore[no-untyped-def]

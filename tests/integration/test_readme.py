@@ -23,8 +23,6 @@ import pytest
 from tests.sweep_helpers import ROOT
 from tests.tiny import write_model_config
 
-pytestmark = pytest.mark.slow
-
 SECTIONS = ("Quick start", "Choosing what to sweep", "Bring your own eval set")
 SUBCOMMANDS = ("list", "select", "plan", "sync", "evalset", "--help")
 
@@ -83,6 +81,8 @@ def _newest_report(out: Path) -> dict:  # type: ignore[type-arg]
     return json.loads(reports[-1].read_text())
 
 
+@pytest.mark.slow
+@pytest.mark.quant()  # its sweeps name the quantized precisions
 def test_choosing_what_to_sweep(shim: dict[str, Path], tmp_path: Path) -> None:
     [block] = readme_snippets()["Choosing what to sweep"]
     for line in [ln.split("#")[0].strip() for ln in block.splitlines()]:
@@ -101,6 +101,8 @@ def test_choosing_what_to_sweep(shim: dict[str, Path], tmp_path: Path) -> None:
                 assert floors[key] == float(value), (line, floors)
 
 
+@pytest.mark.slow
+@pytest.mark.quant()  # the default sweep's precisions
 def test_bring_your_own_eval_set(shim: dict[str, Path], tmp_path: Path) -> None:
     [block] = readme_snippets()["Bring your own eval set"]
     result = run_snippet(block, tmp_path, shim)
@@ -113,6 +115,8 @@ def test_bring_your_own_eval_set(shim: dict[str, Path], tmp_path: Path) -> None:
     assert "ignored" not in result.stderr and "no task" not in result.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.quant()  # `make run` installs the extra and runs the default sweep
 def test_quick_start(shim: dict[str, Path]) -> None:
     [block] = readme_snippets()["Quick start"]
     commands = [ln.split("#")[0].strip() for ln in block.splitlines() if ln.split("#")[0].strip()]

@@ -11,7 +11,7 @@ import pytest
 
 from tests.sweep_helpers import mlflow_runs, run_selector
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.quant("bitsandbytes")]
 
 
 def test_smollm2_bf16_and_int8(tmp_path: Path) -> None:
@@ -25,7 +25,7 @@ def test_smollm2_bf16_and_int8(tmp_path: Path) -> None:
     runs = {c.info.run_name: c.data for c in children}
     assert set(runs) == {"smollm2-135m/bf16", "smollm2-135m/int8"}
     bf16, int8 = runs["smollm2-135m/bf16"], runs["smollm2-135m/int8"]
-    # A real model, not noise: SmolLM2 reads sentiment well with plain few-shot prompts (FINDINGS.md).
+    # A real model, not noise: SmolLM2 reads sentiment well with plain few-shot prompts (docs/models.md).
     assert bf16.metrics["accuracy/sentiment"] >= 0.75
     assert abs(int8.metrics["accuracy/sentiment"] - bf16.metrics["accuracy/sentiment"]) <= 0.25
     # int8 keeps about half of bf16's weight bytes (embeddings and norms stay 16-bit).

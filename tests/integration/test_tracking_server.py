@@ -25,7 +25,6 @@ from selector.config import TrackerConfig
 from tests.tiny import build_tiny_llama, write_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
 
 
 def free_port() -> int:
@@ -90,6 +89,7 @@ def runs_of(uri: str, experiment: str = "selector") -> tuple[list, list]:
             [r for r in runs if r.data.tags.get("selector.role") == "variant"])
 
 
+@pytest.mark.slow  # 130 s
 def test_sweep_records_into_the_server_and_select_reads_it_back(server: dict, tiny: dict[str, Path]) -> None:
     done = run_selector(tiny, tiny["base"] / "out-server", "precision=fp32,bf16",
                         f"tracker.tracking_uri={server['url']}")
@@ -182,6 +182,7 @@ def test_transient_503s_are_retried_and_a_dead_server_falls_back(server: dict, t
     assert always.seen_503 == 2  # one attempt + one retry, then the local store
 
 
+@pytest.mark.slow  # 78 s with the teardown
 def test_down_server_records_locally_then_sync_copies_it(server: dict, tiny: dict[str, Path]) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     out = tiny["base"] / "out-down"

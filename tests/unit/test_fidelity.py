@@ -18,6 +18,7 @@ from selector.measure.fidelity import (
     reference_path,
     save_reference,
 )
+from tests.factories import selector_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -101,8 +102,7 @@ def test_reference_file_round_trip(tmp_path: Path) -> None:
 
 
 def cfg_for(tmp_path: Path, style: str = "chat", baseline: str = "bf16") -> SelectorConfig:
-    return SelectorConfig(model=ModelConfig(name="tiny", prompt_style=style), cache_dir=str(tmp_path),
-                          baseline_precision=baseline)
+    return selector_config(tmp_path, ModelConfig(name="tiny", prompt_style=style), baseline_precision=baseline)
 
 
 def test_reference_path_depends_on_model_baseline_and_probe_tokens(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ that name the file, line and field."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,11 +14,20 @@ import pytest
 from selector import models
 from selector.config import ModelConfig, SourceConfig
 from selector.errors import ConfigError, UserError
+from selector.models.hub import hub_offline
+
+
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def hub_model(name: str = "some-hub-model", **prequantized: SourceConfig) -> ModelConfig:
     return ModelConfig(name=name, source=SourceConfig(kind="hub", repo_id="Org/Model", revision="abc123"),
                        prequantized=dict(prequantized))
+
+
+def online(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in OFFLINE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
 
 
 def test_registry_lists_the_four_kinds() -> None:
@@ -42,7 +53,7 @@ def test_error_in_a_shipped_model_config_names_its_file_and_line(tmp_path: Path)
 
 
 def test_hub_resolve_downloads_nothing_and_pins_the_revision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    online(monkeypatch)
     resolved = models.resolve(hub_model(), tmp_path)
     assert (resolved.path, resolved.revision, resolved.is_local) == ("Org/Model", "abc123", False)
     assert resolved.load_kwargs() == {"trust_remote_code": False, "revision": "abc123", "use_safetensors": True}
@@ -51,7 +62,7 @@ def test_hub_resolve_downloads_nothing_and_pins_the_revision(tmp_path: Path, mon
 
 
 def test_precision_selects_a_prequantized_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    online(monkeypatch)
     model = hub_model(**{"awq-int4": SourceConfig(kind="hub", repo_id="Org/Model-AWQ")})
     awq = models.resolve(model, tmp_path, precision="awq-int4")
     assert (awq.path, awq.prequantized, awq.revision) == ("Org/Model-AWQ", True, None)
@@ -76,8 +87,41 @@ def test_hub_offline_is_respected(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         models.resolve(model, tmp_path)
 
 
+@pytest.mark.parametrize("env", [
+    {"TRANSFORMERS_OFFLINE": "1"},
+    {"HF_HUB_OFFLINE": "yes", "TRANSFORMERS_OFFLINE": "0"},
+    {"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"},  # the first one set decides
+    {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": "on"},  # an empty one is not set
+    {},
+])
+def test_offline_is_read_as_huggingface_hub_reads_it(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    online(monkeypatch)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    probe = "from huggingface_hub import constants; print(constants.HF_HUB_OFFLINE)"  # what the library decides
+    library = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                             check=True).stdout.strip()
+    setting = hub_offline()
+    assert (setting is not None) == (library == "True")
+    if setting is not None:
+        name = setting.split("=")[0]
+        assert setting == f"{name}={env[name]}"
+
+
+def test_transformers_offline_is_named_when_it_keeps_the_hub_away(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    online(monkeypatch)
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    model = ModelConfig(name="m", source=SourceConfig(kind="hub", repo_id="Org/Not-Cached-Anywhere"))
+    assert models.check_available(model, cache_dir=tmp_path) == (
+        False, "needs the Hugging Face Hub: TRANSFORMERS_OFFLINE=1 is set and Org/Not-Cached-Anywhere is not in the "
+               "local cache")
+    with pytest.raises(UserError, match="TRANSFORMERS_OFFLINE=1 is set: .* or unset TRANSFORMERS_OFFLINE$"):
+        models.resolve(model, tmp_path)
+
+
 def test_hub_check_is_bounded_when_the_endpoint_never_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    online(monkeypatch)
     with socket.socket() as server:  # accepts connections, never replies
         server.bind(("127.0.0.1", 0))
         server.listen(8)
@@ -90,7 +134,7 @@ def test_hub_check_is_bounded_when_the_endpoint_never_answers(tmp_path: Path, mo
 
 
 def test_hub_check_reports_a_refused_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    online(monkeypatch)
     with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -169,12 +169,12 @@ def test_unusable_config_names_the_missing_field() -> None:
 
 
 def test_a_model_with_no_architecture_anywhere_is_reported_not_guessed(tmp_path: Path) -> None:
-    from selector.config import SelectorConfig
     from selector.plan.estimate import plan_row
+    from tests.factories import selector_config
 
     model = ModelConfig(name="not-fetched-yet", params_b=0.1,
                         source=SourceConfig(kind="pypi-gguf", packages=["some-gguf==1.0"], sha256="ab" * 32))
     assert read_arch(model, tmp_path) is None  # nothing converted or assembled in this cache
-    cfg = SelectorConfig(model=model, precision=BF16, cache_dir=str(tmp_path))
+    cfg = selector_config(tmp_path, model, BF16)
     row = plan_row(cfg, batch=1, context=128, gpu_gib=24, device="cuda")
     assert row.weight_bytes is None and row.fits is None and "arch_config" in row.notes[0]

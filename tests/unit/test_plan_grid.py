@@ -12,7 +12,8 @@ import pytest
 from selector.config import SelectorConfig, to_dict
 from selector.errors import UserError
 from selector.commands.plan import compare_records, compose_grid, main
-from selector.types import MemoryResult, PerfResult, RunRecord, Variant
+from selector.types import RunRecord
+from tests.factories import perf, run_record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,9 +71,7 @@ def test_plan_prints_a_table_through_the_cli() -> None:
 
 
 def _record(cfg: SelectorConfig, measured: int, device: str = "cpu") -> RunRecord:
-    variant = Variant(model=cfg.model.name, precision=cfg.precision.name)
-    return RunRecord(key=f"k-{cfg.precision.name}", variant=variant, status="completed", config=to_dict(cfg),
-                     memory=MemoryResult(weight_bytes=measured), perf=PerfResult(device=device))
+    return run_record(cfg.model.name, cfg.precision.name, config=to_dict(cfg), weight_bytes=measured, perf=perf(device))
 
 
 def test_compare_puts_the_estimate_next_to_the_measured_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,21 +4,14 @@ it can run on CPU."""
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
 
 from selector.config import CONF_DIR, PrecisionConfig
 from selector.precisions import BACKENDS, get_backend
+from tests.factories import shipped_precision
+from tests.tiers import backend_case, precision_case
 
 NAMES = sorted(p.stem for p in (CONF_DIR / "precision").glob("*.yaml"))
 CPU_UNAVAILABLE = {"int4-torchao"}
-
-
-def load(name: str) -> PrecisionConfig:
-    path = CONF_DIR / "precision" / f"{name}.yaml"
-    merged = OmegaConf.merge(OmegaConf.structured(PrecisionConfig), OmegaConf.load(path))
-    cfg = OmegaConf.to_object(merged)
-    assert isinstance(cfg, PrecisionConfig)
-    return cfg
 
 
 def test_the_issue_precisions_ship() -> None:
@@ -27,9 +20,9 @@ def test_the_issue_precisions_ship() -> None:
     assert wanted <= set(NAMES)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [precision_case(n) for n in NAMES])
 def test_precision_config(name: str) -> None:
-    cfg = load(name)
+    cfg = shipped_precision(name)
     assert cfg.name == name and cfg.description
     assert cfg.backend in BACKENDS
     ok, why = get_backend(cfg.backend).availability(cfg, "cpu")
@@ -40,14 +33,14 @@ def test_precision_config(name: str) -> None:
 
 
 def test_the_default_awq_is_llmcompressor_and_gptq_is_gptqmodel() -> None:
-    assert (load("awq-int4").backend, load("awq-int4").method) == ("llmcompressor", "awq")
-    assert (load("gptq-int4").backend, load("gptq-int4").method) == ("gptqmodel", "gptq")
-    assert load("awq-int4-gptqmodel").dtype == "bfloat16"  # its CPU kernel has no float32
+    assert (shipped_precision("awq-int4").backend, shipped_precision("awq-int4").method) == ("llmcompressor", "awq")
+    assert (shipped_precision("gptq-int4").backend, shipped_precision("gptq-int4").method) == ("gptqmodel", "gptq")
+    assert shipped_precision("awq-int4-gptqmodel").dtype == "bfloat16"  # its CPU kernel has no float32
 
 
 @pytest.mark.parametrize(
     ("backend", "method", "bits", "reason"),
-    [
+    [backend_case(case[0], *case) for case in [
         ("gptqmodel", "rtn", 4, "not one of"),
         ("gptqmodel", "gptq", 5, "supports bits"),
         ("gptqmodel", "awq", 8, "supports bits"),
@@ -55,7 +48,7 @@ def test_the_default_awq_is_llmcompressor_and_gptq_is_gptqmodel() -> None:
         ("llmcompressor", "gptq", 3, "bits"),
         ("torchao", "fp8", 8, "not one of"),
         ("bnb", "int4", 4, "not int8 or nf4"),
-    ],
+    ]],
 )
 def test_unsupported_combinations_are_refused_with_a_reason(backend: str, method: str, bits: int, reason: str) -> None:
     cfg = PrecisionConfig(name="x", backend=backend, method=method, bits=bits)

@@ -13,9 +13,8 @@ import pytest
 from selector.report import sections, write_report
 from selector.report.render import md_code, md_text
 from tests.fixtures.sample_report import sample_sweep
-from selector.types import (
-    LatencyResult, MemoryResult, Percentiles, PerfResult, RunRecord, Selection, TaskResult, Variant, Verdict,
-)
+from selector.types import RunRecord, Selection, Verdict
+from tests.factories import perf, run_record, task_result
 
 XSS = "<script>alert(1)</script>"
 
@@ -147,17 +146,13 @@ def test_markdown_escaping_helpers() -> None:
 
 def _minimal(device: str = "cuda:0", notes: str = "") -> tuple[list[RunRecord], Selection, dict]:
     """Two variants, no load test, no quantization data, no statistics, nothing failed."""
-    p = Percentiles(p50=50.0, p90=55.0, p95=60.0, p99=70.0, mean=52.0, n=10)
-    lat = LatencyResult(ttft_ms=p, tpot_ms=p, e2e_ms=p, prompt_tokens=64, output_tokens=32, repeats=10)
-    records = []
-    for precision, weight, acc in (("bf16", 2_000_000_000, 0.8), ("int8", 1_100_000_000, 0.78)):
-        task = TaskResult(task="qa|x", metric="exact_match", value=acc, ci_low=acc - 0.1, ci_high=acc + 0.1, n=60)
-        records.append(RunRecord(
-            key=precision, variant=Variant(model="evil<b>model</b>$x$", precision=precision, params=10**9),
-            status="completed", tasks={"qa|x": task}, memory=MemoryResult(weight_bytes=weight),
-            perf=PerfResult(device=device, latency=lat.model_copy(update={"e2e_ms": p.model_copy(
-                update={"p50": 50.0 * weight / 1e9})})),
-            config={"model": {"notes": notes}}))
+    records = [
+        run_record("evil<b>model</b>$x$", precision, [task_result("qa|x", value=acc, n=60, ci=(acc - 0.1, acc + 0.1),
+                                                                   metric="exact_match")],
+                   params=10**9, weight_bytes=weight, perf=perf(device, e2e_ms=50.0 * weight / 1e9),
+                   config={"model": {"notes": notes}})
+        for precision, weight, acc in (("bf16", 2_000_000_000, 0.8), ("int8", 1_100_000_000, 0.78))
+    ]
     names = [r.name for r in records]
     selection = Selection(policy={"floors": {"qa|x": 0.7}}, winner=names[1], reference=names[0],
                           summary=f"Use {names[1]}.", verdicts=[Verdict(variant=names[0], status="eligible"),

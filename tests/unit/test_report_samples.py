@@ -12,7 +12,8 @@ from selector.report.samples import (
     OUTPUT_CHARS, PER_TASK, PROMPT_CHARS, examples, load_samples, read_samples, subject_variant, task_examples,
 )
 from tests.fixtures.sample_report import sample_outputs, sample_sweep
-from selector.types import RunRecord, SampleRecord, Selection, TaskResult, Variant, Verdict
+from selector.types import RunRecord, SampleRecord, Selection, Verdict
+from tests.factories import run_record, task_result
 
 XSS = "<script>window.__xss = 1</script>"
 
@@ -58,10 +59,9 @@ def test_long_text_is_clipped_keeping_the_prompts_end() -> None:
     assert e.output.endswith("…") and len(e.output) == OUTPUT_CHARS
 
 
-def _record(name: str, status: str = "completed") -> RunRecord:
+def _record(name: str) -> RunRecord:
     model, precision = name.split("/")
-    return RunRecord(key=name, variant=Variant(model=model, precision=precision), status=status,  # type: ignore[arg-type]
-                     tasks={"qa": TaskResult(task="qa", metric="exact_match", value=0.5, ci_low=0.1, ci_high=0.9, n=2)})
+    return run_record(model, precision, [task_result("qa", value=0.5, n=2, ci=(0.1, 0.9), metric="exact_match")])
 
 
 def test_subject_is_the_winner_else_the_best_placed_other_variant() -> None:

@@ -6,33 +6,20 @@ import pytest
 
 from selector.report import sections, view
 from tests.fixtures.sample_report import sample_sweep
-from selector.types import (
-    Check, ErrorInfo, LatencyResult, MemoryResult, Percentiles, PerfResult, RunRecord, Selection, TaskResult,
-    Variant, Verdict,
-)
-
-
-def _pct(p50: float) -> Percentiles:
-    return Percentiles(p50=p50, p90=p50 * 1.1, p95=p50 * 1.2, p99=p50 * 1.4, mean=p50 * 1.05, n=10)
+from selector.types import Check, ErrorInfo, RunRecord, Selection, Verdict
+from tests.factories import perf, run_record, task_result
 
 
 def _record(model: str, precision: str, params: int, weight: int | None, acc: float | None,
             status: str = "completed", notes: str = "", device: str = "cpu") -> RunRecord:
-    tasks = {}
-    if acc is not None:
-        tasks["qa"] = TaskResult(task="qa", metric="exact_match", value=acc, ci_low=acc - 0.1,
-                                 ci_high=min(1.0, acc + 0.08), n=50)
-    latency = LatencyResult(ttft_ms=_pct(40.0), tpot_ms=_pct(9.0), e2e_ms=_pct(320.0), prompt_tokens=64,
-                            output_tokens=32, repeats=10)
-    return RunRecord(
-        key=f"{model}-{precision}", variant=Variant(model=model, precision=precision, params=params),
-        status=status,  # type: ignore[arg-type]
-        error=ErrorInfo(type="OSError", message="disk full", stage="load") if status == "failed" else None,
-        reason="disk full" if status == "failed" else "",
-        tasks=tasks, memory=MemoryResult(weight_bytes=weight) if weight else None,
-        perf=PerfResult(device=device, latency=latency) if status == "completed" else None,
-        config={"model": {"name": model, "notes": notes}},
-    )
+    """A variant scored on one task, qa, with an interval of -10/+8 points around its accuracy."""
+    tasks = [] if acc is None else [task_result("qa", value=acc, n=50, ci=(acc - 0.1, min(1.0, acc + 0.08)),
+                                                metric="exact_match")]
+    failed = status == "failed"
+    return run_record(model, precision, tasks, params=params, status=status, weight_bytes=weight or None,
+                      perf=perf(device, e2e_ms=320.0, ttft_ms=40.0, tpot_ms=9.0),
+                      error=ErrorInfo(type="OSError", message="disk full", stage="load") if failed else None,
+                      reason="disk full" if failed else "", config={"model": {"name": model, "notes": notes}})
 
 
 def test_records_ordered_by_size_then_baseline_first() -> None:

@@ -12,35 +12,12 @@ from hypothesis import strategies as st
 from selector.config import PolicyConfig
 from selector.errors import ConfigError
 from selector.selection import pareto_front, parse_latency_key, pick_reference, precision_bits, select
-from selector.types import (
-    ErrorInfo,
-    LatencyResult,
-    LoadLevel,
-    MemoryResult,
-    Percentiles,
-    PerfResult,
-    RunRecord,
-    Selection,
-    TaskResult,
-    ThroughputPoint,
-    Variant,
-)
-
-GB = 10**9
-
-
-def pct(x: float) -> Percentiles:
-    """A distribution whose percentiles are easy to tell apart: p50=x, p95=1.5x, p99=2x."""
-    return Percentiles(p50=x, p90=1.3 * x, p95=1.5 * x, p99=2 * x, mean=1.1 * x, n=20)
+from selector.types import ErrorInfo, MemoryResult, RunRecord, Selection, TaskResult
+from tests.factories import GB, hits, perf, run_record, task_result
 
 
 def task(name: str, right: int, n: int, ids: bool = True, offset: int = 0) -> TaskResult:
-    """n items, of which items offset .. offset+right-1 are right (so variants can be nested or not)."""
-    scores = {f"{name}-{i}": 1.0 if offset <= i < offset + right else 0.0 for i in range(n)}
-    return TaskResult(
-        task=name, metric="accuracy", value=right / n, ci_low=0.0, ci_high=1.0, n=n,
-        item_scores=scores if ids else {},
-    )  # fmt: skip
+    return task_result(name, hits(right, n, offset), ids=ids)
 
 
 def record(
@@ -50,8 +27,6 @@ def record(
     weight_gb: float | None,
     tasks: dict[str, tuple[int, int]] | None = None,
     *,
-    status: str = "completed",
-    reason: str = "",
     bits: int | None = None,
     e2e_ms: float | None = None,
     load: dict[int, float] | None = None,
@@ -60,22 +35,10 @@ def record(
     cuda_reserved_gb: float | None = None,
     ids: bool = True,
     config: dict | None = None,
+    **fields,
 ) -> RunRecord:
-    """tasks: name -> (right, n). e2e_ms: single-request e2e p50. load: concurrency -> e2e p50."""
-    perf = None
-    if e2e_ms is not None or load or throughput:
-        latency = None
-        if e2e_ms is not None:
-            latency = LatencyResult(ttft_ms=pct(e2e_ms / 4), tpot_ms=pct(e2e_ms / 40), e2e_ms=pct(e2e_ms),
-                                    prompt_tokens=64, output_tokens=32, repeats=10)  # fmt: skip
-        levels = [
-            LoadLevel(concurrency=c, requests=32, errors=0, duration_s=10.0, request_throughput=3.2,
-                      output_tokens_per_s=100.0 * c, e2e_ms=pct(ms))
-            for c, ms in (load or {}).items()
-        ]  # fmt: skip
-        points = [ThroughputPoint(batch_size=8, output_tokens_per_s=t, requests_per_s=1.0, wall_s=1.0)
-                  for t in (throughput or [])]  # fmt: skip
-        perf = PerfResult(device="cpu", latency=latency, throughput=points, load=levels)
+    """In this file's units: params in millions, bytes in GB, tasks as name -> (right, n).
+    e2e_ms: single-request e2e p50. load: concurrency -> e2e p50."""
     memory = None
     if weight_gb is not None:
         memory = MemoryResult(
@@ -86,16 +49,11 @@ def record(
     cfg = dict(config or {})
     if bits is not None:
         cfg["precision"] = {"name": precision, "bits": bits}
-    return RunRecord(
-        key=f"{model}-{precision}",
-        variant=Variant(model=model, precision=precision, params=int(params_m * 1e6)),
-        status=status,  # type: ignore[arg-type]
-        reason=reason,
-        tasks={n: task(n, r, total, ids) for n, (r, total) in (tasks or {}).items()}
-        if status == "completed" else {},
-        perf=perf,
-        memory=memory if status == "completed" else None,
-        config=cfg,
+    timed = e2e_ms is not None or load or throughput
+    return run_record(
+        model, precision, [task(n, r, total, ids) for n, (r, total) in (tasks or {}).items()],
+        params=int(params_m * 1e6), memory=memory, config=cfg,
+        perf=perf(e2e_ms=e2e_ms, load=load, throughput=throughput or ()) if timed else None, **fields,
     )
 
 
@@ -265,8 +223,8 @@ def test_all_fail_names_the_closest_variant_and_its_miss():
 
 def test_failed_and_skipped_keep_status_and_reason():
     records = ladder() + [
-        RunRecord(key="x", variant=Variant(model="huge", precision="bf16", params=int(7e9)), status="failed",
-                  error=ErrorInfo(type="OutOfMemoryError", message="CUDA out of memory", stage="load")),
+        record("huge", "bf16", 7000, None, status="failed",
+               error=ErrorInfo(type="OutOfMemoryError", message="CUDA out of memory", stage="load")),
     ]  # fmt: skip
     s = select(records, PolicyConfig(floors=FLOORS))
     assert verdict(s, "small/int8").status == "skipped"
@@ -529,15 +487,9 @@ def sweeps(draw):
     for i in range(count):
         right = draw(st.lists(st.integers(0, n), min_size=2, max_size=2))
         offset = draw(st.integers(0, 5))
-        tasks = {
-            name: TaskResult(task=name, metric="acc", value=r / n, ci_low=0, ci_high=1, n=n,
-                             item_scores={f"{name}-{j}": float(offset <= j < offset + r) for j in range(n)})
-            for name, r in zip(("a", "b"), right)
-        }  # fmt: skip
-        records.append(RunRecord(
-            key=str(i), variant=Variant(model=f"m{i}", precision="bf16", params=(i + 1) * 10**6),
-            status="completed", tasks=tasks, memory=MemoryResult(weight_bytes=draw(st.integers(1, 10)) * GB),
-        ))  # fmt: skip
+        tasks = [task_result(name, hits(r, n, offset), metric="acc") for name, r in zip(("a", "b"), right)]
+        records.append(run_record(f"m{i}", "bf16", tasks, params=(i + 1) * 10**6, key=str(i),
+                                  weight_bytes=draw(st.integers(1, 10)) * GB))
     return records
 
 
@@ -565,8 +517,7 @@ def test_raising_a_floor_never_turns_a_rejected_variant_eligible(records, rule, 
 def test_lower_is_better_metric_reads_its_floor_as_a_ceiling():
     def with_error_rate(name: str, gb: float, rate_right: int) -> RunRecord:
         r = record(name, "bf16", 100, gb, {"t": (9, 10)})
-        err = TaskResult(task="err", metric="error_rate", value=rate_right / 100, ci_low=0, ci_high=1, n=100,
-                         higher_is_better=False)  # fmt: skip
+        err = task_result("err", value=rate_right / 100, n=100, metric="error_rate", higher_is_better=False)
         return r.model_copy(update={"tasks": {**r.tasks, "err": err}})
 
     records = [with_error_rate("a", 1.0, 5), with_error_rate("b", 0.5, 20)]
@@ -592,9 +543,7 @@ def test_each_variant_is_paired_with_its_own_models_baseline():
     from selector.trackers.naming import flip_metrics
 
     def with_items(rec: RunRecord, scores: list[int]) -> RunRecord:
-        items = {f"i{k}": float(v) for k, v in enumerate(scores)}
-        rec.tasks = {"t": TaskResult(task="t", metric="accuracy", value=sum(scores) / len(scores), ci_low=0.0,
-                                     ci_high=1.0, n=len(scores), item_scores=items)}
+        rec.tasks = {"t": task_result("t", scores)}
         rec.config["baseline_precision"] = "bf16"
         return rec
 

@@ -1,0 +1,37 @@
+"""What each test tier needs; tests/conftest.py turns the markers into skips with a reason."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+QUANT_EXTRA = "needs the quant extra: pip install -e '.[quant]'"
+# The quant extra's modules behind each precision backend (transformers loads gptqmodel's
+# checkpoints through optimum, and llmcompressor's through compressed-tensors).
+QUANT_BY_BACKEND: dict[str, tuple[str, ...]] = {
+    "native": (),
+    "bnb": ("bitsandbytes",),
+    "torchao": ("torchao",),
+    "gptqmodel": ("gptqmodel", "optimum"),
+    "llmcompressor": ("llmcompressor", "compressed_tensors"),
+}
+QUANT_MODULES = tuple(dict.fromkeys(m for modules in QUANT_BY_BACKEND.values() for m in modules))
+
+
+def missing_quant(*modules: str) -> list[str]:
+    """Those of `modules` (default: the whole extra) that are not installed."""
+    return [m for m in modules or QUANT_MODULES if importlib.util.find_spec(m) is None]
+
+
+def backend_case(backend: str, *values: object) -> object:
+    """A parametrize case that needs what `backend` needs: `pytest.param(*values)` marked `quant`."""
+    marks = [pytest.mark.quant(*QUANT_BY_BACKEND[backend])] if QUANT_BY_BACKEND[backend] else []
+    return pytest.param(*values, marks=marks)
+
+
+def precision_case(name: str, *values: object) -> object:
+    """A parametrize case for a shipped precision (`name` first, then `values`), marked by its backend."""
+    from tests.factories import shipped_precision
+
+    return backend_case(shipped_precision(name).backend, name, *values)

@@ -1,0 +1,104 @@
+"""`plan`'s weight estimates per engine and device come from the backends' own knowledge: the same
+kernel rule that loads a variant says whether its weights stay packed."""
+
+from __future__ import annotations
+
+import pytest
+
+from selector.config import ModelConfig, PrecisionConfig, SelectorConfig, SourceConfig
+from selector.plan.arch import ArchFacts
+from selector.plan.estimate import estimate_weights, plan_row
+from tests.unit.test_plan_arch import QWEN_CODER, SMOLLM2, precision
+
+AWQ4 = precision("awq-int4", "llmcompressor", method="awq", bits=4, group_size=128)
+GPTQ4 = precision("gptq-int4", "gptqmodel", method="gptq", bits=4, group_size=128)
+
+
+def arch() -> ArchFacts:
+    return ArchFacts.from_config(QWEN_CODER, "qwen-coder")
+
+
+def g_idx_bytes(a: ArchFacts) -> int:
+    return 4 * a.num_layers * sum(i for i, _ in a.linear_shapes())
+
+
+def test_compressed_tensors_per_engine_and_device() -> None:
+    a = arch()
+    bf16 = 2 * a.params
+    hf_cpu = estimate_weights(a, AWQ4, "cpu", "hf")
+    hf_cuda = estimate_weights(a, AWQ4, "cuda", "hf")
+    served = estimate_weights(a, AWQ4, "cuda", "openai")
+    assert hf_cpu.bytes == bf16 and "unpacked on CPU" in hf_cpu.layout  # as before: transformers decompresses
+    # On CUDA the kernel rule converts it to GPTQ v2 (packed, plus an int32 g_idx per input column) ...
+    assert hf_cuda.bytes < 0.5 * bf16 and "GPTQ v2, marlin kernel" not in hf_cuda.layout  # asymmetric AWQ: no Marlin
+    assert "GPTQ v2, exllama kernel" in hf_cuda.layout
+    # ... and a server holds the compressed-tensors checkpoint as saved (no g_idx).
+    assert hf_cuda.bytes - served.bytes == g_idx_bytes(a)
+    assert estimate_weights(a, AWQ4, "cpu", "openai").bytes == served.bytes
+
+
+def test_asking_for_the_dense_kernel_costs_bf16_memory_on_a_gpu_too() -> None:
+    a = arch()
+    dense = precision("awq-int4", "llmcompressor", method="awq", bits=4, group_size=128, kernel="dense")
+    est = estimate_weights(a, dense, "cuda", "hf")
+    assert est.bytes == 2 * a.params and "kernel dense" in est.layout
+    symmetric_gptq = precision("g", "llmcompressor", method="gptq", bits=4, group_size=128)
+    assert "marlin kernel" in estimate_weights(a, symmetric_gptq, "cuda", "hf").layout
+
+
+def test_gptqmodel_is_packed_everywhere() -> None:
+    a = arch()
+    cpu, cuda, served = (estimate_weights(a, GPTQ4, d, e).bytes for d, e in
+                         (("cpu", "hf"), ("cuda", "hf"), ("cuda", "openai")))
+    assert cpu == cuda == served < 0.5 * 2 * a.params
+
+
+def test_native_and_bitsandbytes_do_not_depend_on_the_engine() -> None:
+    a = ArchFacts.from_config(SMOLLM2, "smollm2")
+    for prec in (precision("bf16", "native", bits=16), precision("int8", "bnb", method="int8", bits=8)):
+        assert len({estimate_weights(a, prec, d, e).bytes for d in ("cpu", "cuda") for e in ("hf", "openai")}) == 1
+
+
+def test_torchao_int8_counts_its_fp32_scale_and_int8_zero_point_per_row() -> None:
+    a = arch()
+    int8 = precision("int8-torchao", "torchao", method="int8_weight_only", bits=8)
+    linear = a.param_groups()["linear"]
+    rows = a.num_layers * sum(o for _, o in a.linear_shapes())
+    assert estimate_weights(a, int8, "cpu").bytes == 2 * (a.params - linear) + linear + 5 * rows
+
+
+def test_a_prequantized_checkpoint_is_estimated_packed() -> None:
+    a = arch()
+    assert estimate_weights(a, AWQ4, "cpu", "hf", prequantized=True).bytes < 0.5 * 2 * a.params
+
+
+def test_plan_row_passes_the_sweeps_engine(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(QWEN_CODER))
+    model = ModelConfig(name="q", source=SourceConfig(kind="local", path=str(tmp_path)))
+    rows = {}
+    for kind in ("hf", "openai"):
+        cfg = SelectorConfig(model=model, precision=AWQ4, cache_dir=str(tmp_path / "cache"))
+        cfg.engine.kind = kind
+        rows[kind] = plan_row(cfg, batch=1, context=128, gpu_gib=None, device="cuda").weight_bytes
+    assert rows["hf"] - rows["openai"] == g_idx_bytes(arch())
+
+
+def test_an_unknown_backend_is_estimated_unquantized() -> None:
+    a = arch()
+    est = estimate_weights(a, PrecisionConfig(name="x", backend="nope", dtype="bfloat16"), "cuda")
+    assert est.bytes == 2 * a.params and "unknown backend 'nope'" in est.layout
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_existing_figures_are_unchanged(device: str) -> None:
+    """The figures of test_plan_arch.py's cases, recomputed by hand from the pre-seam formulas."""
+    a = arch()
+    linear = a.param_groups()["linear"]
+    rest = 2 * (a.params - linear)
+    shapes = [s for _ in range(a.num_layers) for s in a.linear_shapes()]
+    assert estimate_weights(a, precision("int8", "bnb", method="int8", bits=8), device).bytes == \
+        rest + sum(i * o + 4 * o for i, o in shapes)
+    expected_gptq = rest + sum(int(i * o / 2 + o * (i // 128) * 2.5) + 4 * i for i, o in shapes)
+    assert estimate_weights(a, GPTQ4, device).bytes == expected_gptq
