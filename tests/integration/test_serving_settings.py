@@ -131,3 +131,28 @@ def test_compare_command_on_the_two_sweeps(sweeps: dict[str, Any]) -> None:
     parent = comparison["b"]["parent_run_id"]
     client = MlflowClient(tracking_uri=f"sqlite:///{sweeps['setup']['out'] / 'mlflow.db'}")
     assert {a.path for a in client.list_artifacts(parent, "compare")} == {"compare/compare.md", "compare/compare.json"}
+
+
+def test_compare_takes_mlflow_parent_runs_too(sweeps: dict[str, Any]) -> None:
+    base, store = sweeps["setup"]["base"], sweeps["setup"]["out"] / "mlflow.db"
+    ids = [json.loads((sweeps[k] / "sweep.json").read_text())["parent_run_id"] for k in ("a", "b")]
+    for sources, out in ((ids, base / "cmp-runs"), ([str(sweeps["a"]), str(sweeps["b"])], base / "cmp-folders")):
+        result = subprocess.run([sys.executable, "-m", "selector", "compare", *sources, "--tracking-uri",
+                                 f"sqlite:///{store}", "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    by_runs = json.loads((base / "cmp-runs" / "compare.json").read_text())
+    by_folders = json.loads((base / "cmp-folders" / "compare.json").read_text())
+    assert by_runs["config"] == by_folders["config"] and by_runs["variants"] == by_folders["variants"]
+    assert [(r["variant"], r["measure"], r["b"]) for r in by_runs["rows"]] == \
+        [(r["variant"], r["measure"], r["b"]) for r in by_folders["rows"]]
+
+
+def test_a_knob_the_engine_lacks_stops_before_anything_loads(tiny_setup: dict[str, Path]) -> None:
+    result = run_selector(tiny_setup, "model=tiny", "precision=bf16", "engine=openai",
+                          "engine.base_url=http://127.0.0.1:9/v1", "measure=load-quick",
+                          "measure.load.max_queue_delay_ms=20")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("error: ")]
+    assert "field 'measure.load.max_queue_delay_ms'" in line and "an attached server (engine.base_url)" in line
+    assert not (tiny_setup["out"] / "mlflow.db").exists()
