@@ -321,7 +321,7 @@ def main(argv: list[str]) -> int:
 
 
 def _arch_params(arch_json: Path) -> int:
-    from selector.planning import ArchFacts
+    from selector.plan.arch import ArchFacts
 
     return ArchFacts.from_config(json.loads(arch_json.read_text()), arch_json.name).params
 

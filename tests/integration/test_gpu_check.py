@@ -72,7 +72,7 @@ def run_arch(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, d
 
 @pytest.mark.slow
 def test_arch_on_cpu_builds_quantizes_measures_and_checks(tmp_path: Path) -> None:
-    from selector.planning import ArchFacts
+    from selector.plan.arch import ArchFacts
 
     done, report = run_arch(tmp_path, "--precisions", "bf16,int8,awq-int4", "--compile", "on", "--warmup", "0",
                             "--repeats", "2", "--batch-sizes", "2")
