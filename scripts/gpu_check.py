@@ -121,7 +121,7 @@ def check_one(torch: Any, name: str, resolved: Any, model_cfg: Any, work: Path, 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("gpu_check.json"), help="where to write the JSON results")
-    parser.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated conf/precision names")
+    parser.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated selector/conf/precision names")
     parser.add_argument("--hidden", type=int, default=256, help="hidden size of the tiny model (a multiple of 128)")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=3)
