@@ -15,6 +15,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from selector.errors import ConfigError
+from selector import resolvers
 from selector.paths import CONF_DIR
 
 
@@ -46,6 +47,10 @@ class ModelConfig:
     requires_cuda: bool = False
     arch_config: Optional[str] = None  # a config.json (for `plan`) when weights are not local
     notes: str = ""
+    # Shorthands for a model given on the command line, copied into `source` by conf/model/{path,gguf,hub}.yaml
+    # (selector/models/adhoc.py): model=path|gguf model.path=..., model=hub model.repo_id=...
+    path: Optional[str] = None
+    repo_id: Optional[str] = None
 
 
 @dataclass
@@ -208,6 +213,7 @@ def register_schema() -> None:
 
 
 register_schema()
+resolvers.register()
 
 
 def validate(cfg: DictConfig, choices: dict[str, str] | None = None, given: frozenset[str] = frozenset()) -> SelectorConfig:

@@ -27,7 +27,8 @@ def variant_key(cfg: SelectorConfig, evalset_hash: str) -> str:
     versions = library_versions()
     quantizes = cfg.precision.backend in ("gptqmodel", "llmcompressor")
     material = {
-        "model": {k: v for k, v in d["model"].items() if k != "notes"},
+        # path / repo_id: command-line shorthands, already copied (made absolute) into model.source
+        "model": {k: v for k, v in d["model"].items() if k not in ("notes", "path", "repo_id")},
         "precision": {k: v for k, v in d["precision"].items() if k != "description"},
         "calibration": d["calibration"] if quantizes else None,
         "evalset": {"hash": evalset_hash, "tasks": d["evalset"]["tasks"], "limit": d["evalset"]["limit"]},

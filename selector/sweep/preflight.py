@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from selector.config import SelectorConfig, validate
 from selector.errors import ConfigError, UserError
+from selector.models import adhoc
 from selector.sweep.availability import availability
 from selector.sweep.keys import sweep_key, variant_key
 
@@ -106,19 +107,33 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     jobs = grid_overrides(config) if multirun else [list(config.hydra.overrides.task)]
     planned, choices = [], {}
     notices: list[str] = []
+    checked: set[str] = set()
     for overrides in jobs:
         job, choices = compose_job(config, overrides) if multirun else (config, dict(config.hydra.runtime.choices))
         cfg, found = job_config_and_notices(job, choices, given_keys(overrides))
         notices = notices or found
+        _check_command_line_model(cfg, choices.get("model", ""), checked)
         _, ehash = load_tasks(cfg)
         ok, why = availability(cfg)
         planned.append(PlannedVariant(cfg, overrides, variant_key(cfg, ehash), ok, why))
     if not planned:
         raise UserError("the sweep has no variants: check hydra.sweeper.params and your overrides")
+    adhoc.check_distinct_names(planned)
     policy_notices(planned[0].cfg, notices)
     check_engine_and_load(planned[0].cfg, choices)
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
+
+
+def _check_command_line_model(cfg: SelectorConfig, choice: str, checked: set[str]) -> None:
+    """A model given on the command line (model=path|gguf|hub) that cannot be had is a typo, not a
+    variant to skip: stop now, once per distinct model."""
+    from selector.config import to_dict
+
+    seen = repr(to_dict(cfg.model))
+    if choice in adhoc.ADHOC and seen not in checked:
+        adhoc.check(cfg, choice)
+        checked.add(seen)
 
 
 def unavailable_message(planned: list[PlannedVariant]) -> str:
