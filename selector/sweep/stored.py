@@ -105,11 +105,23 @@ def sweep_config(stored: StoredSweep, policy_overrides: list[str] = ()) -> Selec
     if recorded is None:
         log.warning("%s keeps no sweep config (an older sweep or a records folder): starting from the policy "
                     "recorded with %s", stored.source, stored.records[0].name)
-        recorded = stored.records[0].config
+        recorded = _over_defaults(stored.records[0].config)
     cfg = config_from_dict(recorded)
     cfg.policy = policy_with_overrides(cfg.policy, list(policy_overrides))
     _check_floor_names(cfg, stored.records, list(policy_overrides))
     return cfg
+
+
+def _over_defaults(partial: dict[str, Any]) -> dict[str, Any]:
+    """A record's config over the packaged defaults: records written by other tools or versions may
+    hold only part of it (the policy is what matters here)."""
+    from omegaconf import OmegaConf
+
+    from selector.compose import compose
+    from selector.config import to_dict
+
+    known = {k: v for k, v in partial.items() if k in SelectorConfig.__dataclass_fields__}
+    return OmegaConf.to_container(OmegaConf.merge(to_dict(compose([])), known))  # type: ignore[return-value]
 
 
 def select_again(stored: StoredSweep, cfg: SelectorConfig, out: Path | None) -> tuple[Selection, dict[str, Path]]:
