@@ -27,10 +27,3 @@ def find_path(path: str | Path) -> Path:
     bundled = PACKAGE_DIR / given
     return bundled if bundled.exists() else given
 
-
-def shown(path: Path) -> str:
-    """A packaged file by its name inside the package (conf/model/x.yaml), others as they are."""
-    try:
-        return str(Path(path).resolve().relative_to(PACKAGE_DIR))
-    except ValueError:
-        return str(path)
