@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CONSTRAINTS ?= constraints/cpu.txt
 PYTEST_ARGS ?=
 
-.PHONY: run test install install-dev browser clean
+.PHONY: run test install install-dev browser dist clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -28,5 +28,10 @@ run: install
 test: install-dev browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# A wheel and an sdist in dist/ that carry the configs and the default eval set (README: Install as a package).
+dist: $(VENV)/bin/python
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) "build>=1.2"
+	$(PY) -m build
+
 clean:
-	rm -rf $(VENV) outputs .pytest_cache
+	rm -rf $(VENV) outputs .pytest_cache dist build

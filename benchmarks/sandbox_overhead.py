@@ -37,8 +37,9 @@ from types import ModuleType
 from typing import Any
 
 from benchmarks.common import REPO_ROOT, RESULTS_DIR, NeighbourCpu, load_average, redact, say, wait_for_quiet
+from selector.paths import DEFAULT_EVALSET
 
-EVALSET = REPO_ROOT / "evalsets" / "default"
+EVALSET = DEFAULT_EVALSET
 
 
 def code_items() -> tuple[list[str], dict[str, Any]]:

@@ -27,6 +27,7 @@ from benchmarks.common import (
     REPO_ROOT, BenchmarkError, NeighbourCpu, compose, load_average, load_selector_model, machine_when_quiet, peer_python,
     peer_versions, run_worker, say, write_results,
 )
+from selector.paths import DEFAULT_EVALSET
 
 NOTE_CODE = ("code tasks (metric code_tests) are left out: selector scores them by running the generated code "
              "against the row's asserts in its sandbox, and lm-eval has no sandboxed code metric to compare with")
@@ -35,10 +36,10 @@ NOTE_CODE = ("code tasks (metric code_tests) are left out: selector scores them 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.vs_lm_eval", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2-135m", help="a selector model config name (conf/model)")
+    p.add_argument("--model", default="smollm2-135m", help="a selector model config name (selector/conf/model)")
     p.add_argument("--precision", default="bf16", choices=("bf16", "fp32"),
                    help="a native precision: lm-eval loads the same weights in the same dtype")
-    p.add_argument("--evalset", type=Path, default=REPO_ROOT / "evalsets" / "default")
+    p.add_argument("--evalset", type=Path, default=DEFAULT_EVALSET)
     p.add_argument("--tasks", nargs="+", help="only these tasks of the eval set")
     p.add_argument("--limit", type=int, help="the first N items of each task (a quick check, not a result)")
     p.add_argument("--batch-size", type=int, default=8)

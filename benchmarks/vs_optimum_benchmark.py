@@ -29,7 +29,7 @@ from benchmarks.common import (
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.vs_optimum_benchmark", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2-135m", help="a selector model config name (conf/model)")
+    p.add_argument("--model", default="smollm2-135m", help="a selector model config name (selector/conf/model)")
     p.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     p.add_argument("--prompt-tokens", type=int, default=64)

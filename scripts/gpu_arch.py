@@ -1,6 +1,6 @@
 """gpu_check.py --arch: a real architecture with random weights, a time budget, and the checks.
 
-The model is built from `conf/arch/<name>.json` (or any config.json path) straight on the device
+The model is built from `selector/conf/arch/<name>.json` (or any config.json path) straight on the device
 with random weights, saved as safetensors so the quantizers read it like any checkpoint, and
 measured like the tiny one. Nothing is downloaded; the tokenizer is the small one tests/tiny.py
 trains (its ids are a subset of any real vocabulary, and nothing here needs real text).
@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
 ARCH_PRECISIONS = ("bf16", "awq-int4", "gptq-int4", "int8")  # in order of need: the checks compare to bf16
 INT4_RATIO_MAX = 0.35
 WITHIN = 0.03  # weights and peak against `python -m selector plan`
@@ -81,14 +80,17 @@ def estimate_s(step: str, params_b: float, cuda: bool) -> float:
 
 
 def arch_path(name: str) -> Path:
-    """`conf/arch/<name>.json`, or `name` itself when it is a path to a config.json."""
+    """`selector/conf/arch/<name>.json`, or `name` itself when it is a path to a config.json."""
     path = Path(name)
     if path.suffix == ".json" and path.is_file():
         return path.resolve()
-    path = ROOT / "conf" / "arch" / f"{name}.json"
+    from selector.paths import CONF_DIR
+
+    path = CONF_DIR / "arch" / f"{name}.json"
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in (ROOT / "conf" / "arch").glob("*.json")))
-        raise SystemExit(f"gpu_check: no architecture {name!r} (conf/arch has: {known}; or pass a config.json path)")
+        known = ", ".join(sorted(p.stem for p in (CONF_DIR / "arch").glob("*.json")))
+        raise SystemExit(f"gpu_check: no architecture {name!r} (selector/conf/arch has: {known}; "
+                         "or pass a config.json path)")
     return path
 
 

@@ -5,7 +5,7 @@
 
 Without --arch the model is a small random Llama with a tokenizer trained on the spot (as in
 tests/tiny.py), through fp16, int8, gptq-int4 and awq-int4. With --arch NAME it is the
-architecture of conf/arch/NAME.json (or a config.json path) with random weights, built on the
+architecture of selector/conf/arch/NAME.json (or a config.json path) with random weights, built on the
 device, saved as safetensors and quantized here with a small calibration budget (16 x 256 tokens),
 through bf16, awq-int4, gptq-int4 and int8, and then checked (scripts/gpu_arch.py): weights and
 peak memory against `python -m selector plan`, int4 weights against bf16's, bf16's time per token
@@ -203,8 +203,8 @@ def release(torch: Any, cuda: bool) -> None:
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("gpu_check.json"), help="where to write the JSON results")
-    parser.add_argument("--arch", help="conf/arch/NAME.json (or a config.json path): that architecture, random weights")
-    parser.add_argument("--precisions", help=f"comma-separated conf/precision names (default {','.join(PRECISIONS)}; "
+    parser.add_argument("--arch", help="selector/conf/arch/NAME.json (or a config.json path): that architecture, random weights")
+    parser.add_argument("--precisions", help=f"comma-separated selector/conf/precision names (default {','.join(PRECISIONS)}; "
                                              f"with --arch {','.join(ARCH_PRECISIONS)})")
     parser.add_argument("--hidden", type=int, default=256, help="hidden size of the tiny model (a multiple of 128)")
     parser.add_argument("--layers", type=int, default=4)

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     """Every command's bad input ends here, as one line and exit code 2 (errors.UserError)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
-        sys.exit(_run(argv))
+        sys.exit(run_argv(argv))
     except (UserError, UsageExit) as e:
         error = e.error if isinstance(e, UsageExit) else e
         print(f"error: {error}", file=sys.stderr)
@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
 
 
-def _run(argv: list[str]) -> int:
+def run_argv(argv: list[str]) -> int:
+    """One command line, run in this process; bad input raises (UserError, or UsageExit carrying one
+    from inside Hydra). main() and the Python API (selector.api) both run commands through here."""
     from selector import commands
 
     if argv and argv[0] in commands.COMMANDS:

@@ -90,14 +90,30 @@ def check_group_choices(overrides: list[str]) -> None:
         values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
         known = known_choices(group, dirs)
         for value in values:
+            _not_shadowed(group, value, dirs)
             if value not in known:
                 close = difflib.get_close_matches(value, known, n=3)
                 hint = f" Did you mean {', '.join(close)}?" if close else ""
+                adhoc = (" Or name a model without a YAML file: model=path model.path=DIR, "
+                         "model=gguf model.path=FILE.gguf, model=hub model.repo_id=ORG/NAME.") if group == "model" else ""
                 raise UserError(
                     f"command line: {group}={value}: there is no conf/{group}/{value}.yaml.{hint} "
                     f"Known {group} names: {', '.join(known)}. "
-                    f"Add your own as conf/{group}/<name>.yaml (see `python -m selector list`)."
+                    f"Add your own as my_conf/{group}/<name>.yaml with hydra.searchpath=[file:///abs/path/my_conf] "
+                    f"(see `selector list`).{adhoc}"
                 )
+
+
+def _not_shadowed(group: str, value: str, dirs: list[Path]) -> None:
+    """Hydra searches the packaged conf/ before the user's folders, so a user's file named like a
+    packaged one would be silently ignored: say so instead."""
+    if not (CONF_DIR / group / f"{value}.yaml").is_file():
+        return
+    for d in dirs[1:]:
+        mine = d / group / f"{value}.yaml"
+        if mine.is_file():
+            raise UserError(f"{mine}: a packaged config has the same name ({group}={value}), and Hydra would load "
+                            f"that one instead: rename yours (e.g. {group}/my-{value}.yaml) and choose {group}=my-{value}")
 
 
 def first_job(overrides: list[str]) -> list[str]:

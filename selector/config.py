@@ -1,6 +1,6 @@
-"""Config schemas. Hydra composes YAML from conf/; `validate` merges the result into these
-dataclasses, so an unknown key or a wrong type is caught before any model loads, with the file
-and line it came from. No heavy imports here.
+"""Config schemas. Hydra composes YAML from selector/conf/ (and the user's hydra.searchpath);
+`validate` merges the result into these dataclasses, so an unknown key or a wrong type is caught
+before any model loads, with the file and line it came from. No heavy imports here.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from selector.errors import ConfigError
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+from selector import resolvers
+from selector.paths import CONF_DIR
 
 
 @dataclass
@@ -47,6 +47,10 @@ class ModelConfig:
     requires_cuda: bool = False
     arch_config: Optional[str] = None  # a config.json (for `plan`) when weights are not local
     notes: str = ""
+    # Shorthands for a model given on the command line, copied into `source` by conf/model/{path,gguf,hub}.yaml
+    # (selector/models/adhoc.py): model=path|gguf model.path=..., model=hub model.repo_id=...
+    path: Optional[str] = None
+    repo_id: Optional[str] = None
 
 
 @dataclass
@@ -72,7 +76,7 @@ class CalibrationConfig:
 @dataclass
 class EvalsetConfig:
     name: str = "default"
-    path: str = MISSING  # a folder of task YAML files (relative paths resolve from the repo root)
+    path: str = MISSING  # a folder of task YAML files (relative: the working directory, else the package)
     tasks: Optional[list[str]] = None  # run only these tasks
     limit: Optional[int] = None  # at most this many items per task (smoke runs)
 
@@ -229,6 +233,7 @@ def register_schema() -> None:
 
 
 register_schema()
+resolvers.register()
 
 
 def validate(cfg: DictConfig, choices: dict[str, str] | None = None, given: frozenset[str] = frozenset()) -> SelectorConfig:

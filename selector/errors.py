@@ -36,6 +36,12 @@ class EvalsetError(UserError):
         return (type(self), (self.path, self.line, self.field, self.problem))
 
 
+class SweepError(Exception):
+    """A sweep that started but did not end cleanly (its selection or report broke, or Hydra
+    stopped it): the command line's exit code 1, raised by the Python API. Every finished variant's
+    record is kept in the sweep folder; `selector select --from` can pick it up from there."""
+
+
 class UsageExit(BaseException):
     """Carries a UserError out of code whose caller swallows Exceptions (Hydra warns and goes on
     when a callback raises one), so that it still reaches the command line's one handler."""

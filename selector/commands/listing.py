@@ -7,6 +7,7 @@ import logging
 
 from selector.config import CONF_DIR
 from selector.errors import UserError
+from selector.models.adhoc import ADHOC
 
 
 def main(argv: list[str]) -> int:
@@ -30,6 +31,8 @@ def main(argv: list[str]) -> int:
     for col in ("name", "size", "source", "prompts", "runs here?"):
         models.add_column(col)
     for path in sorted((CONF_DIR / "model").glob("*.yaml")):
+        if path.stem in ADHOC:  # templates for a model named on the command line, listed below
+            continue
         cfg = compose([f"model={path.stem}"])
         ok, why = availability(cfg)
         src = cfg.model.source
@@ -37,6 +40,8 @@ def main(argv: list[str]) -> int:
         models.add_row(path.stem, f"{cfg.model.params_b:g}B", f"{src.kind}: {where}", cfg.model.prompt_style,
                        _runs_here(ok, why, f"model={path.stem}"))
     console.print(models)
+    console.print("Any other model, without a YAML file: model=path model.path=DIR (a transformers folder), "
+                  "model=gguf model.path=FILE.gguf, model=hub model.repo_id=ORG/NAME")
 
     precisions = Table(title="Precisions (precision=NAME)")
     for col in ("name", "backend", "what it is", "runs here?"):

@@ -4,6 +4,7 @@ once to a safetensors folder in the cache.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,36 @@ GGUF_MAGIC = b"GGUF"
 def is_gguf(path: Path) -> bool:
     with open(path, "rb") as f:
         return f.read(4) == GGUF_MAGIC
+
+
+def gguf_problem(path: Path) -> str | None:
+    """What is wrong with a GGUF file on disk, in one line, or None: no such file, not GGUF, or a
+    header or tensor data cut short (a half-finished download), found before any conversion starts."""
+    if not path.is_file():
+        return f"{path}: no such GGUF file" if not path.exists() else f"{path}: not a file"
+    if not is_gguf(path):
+        return f"{path}: not a GGUF file (no GGUF magic bytes)"
+    stat = path.stat()
+    return _incomplete(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _incomplete(path: str, size: int, mtime_ns: int) -> str | None:
+    """Parse the header and tensor table (memory-mapped: nothing is read but the metadata) and check
+    that every tensor's bytes lie inside the file. Keyed by size and mtime, so a re-copy is re-read."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path)
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    except Exception:  # the reader fails on a cut-short file with numpy's words, not the file's
+        return (f"{path}: truncated or corrupt GGUF file ({size} bytes): its header or tensor data is cut short; "
+                "re-download or re-copy it")
+    if end > size:
+        return f"{path}: truncated GGUF file: its tensors need {end} bytes, the file has {size}; re-download or re-copy it"
+    if not reader.tensors:
+        return f"{path}: a GGUF file without tensors (no weights)"
+    return None
 
 
 class GgufSource:
@@ -44,10 +75,9 @@ class GgufSource:
             return True, f"converted copy in {folder}"
         if ctx.source.path:
             path = local_path(ctx)
-            if not path.is_file():
-                return False, f"{path}: no such GGUF file"
-            if not is_gguf(path):
-                return False, f"{path}: not a GGUF file (no GGUF magic bytes)"
+            problem = gguf_problem(path)
+            if problem:
+                return False, problem
             return True, f"{path} (converted to float32 safetensors on first use)"
         return hub_repo_available(self._repo(ctx), ctx.source.revision, True, needed_file=str(ctx.source.gguf_file))
 
@@ -82,12 +112,14 @@ class GgufSource:
     def _fetch(self, ctx: SourceContext) -> Path:
         if ctx.source.path:
             path = local_path(ctx)
-            if not path.is_file():
-                raise ctx.error("path", f"{path}: no such GGUF file")
-        else:
-            path = _hub_download(self._repo(ctx), str(ctx.source.gguf_file), ctx.source.revision)
-        if not is_gguf(path):
-            raise ctx.error("path" if ctx.source.path else "gguf_file", f"{path}: not a GGUF file (no GGUF magic bytes)")
+            problem = gguf_problem(path)
+            if problem:
+                raise ctx.error("path", problem)
+            return path
+        path = _hub_download(self._repo(ctx), str(ctx.source.gguf_file), ctx.source.revision)
+        problem = gguf_problem(path)
+        if problem:
+            raise ctx.error("gguf_file", problem)
         return path
 
     def _sha(self, ctx: SourceContext, recipe: dict[str, Any], path: Path) -> str:

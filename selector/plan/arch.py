@@ -11,8 +11,9 @@ from typing import Any, Iterable
 
 from selector.config import CONF_DIR, ModelConfig
 from selector.errors import ConfigError
+from selector.paths import find_path
 
-PROJECT_ROOT = CONF_DIR.parent  # relative arch_config paths in conf/model are taken from here
+PROJECT_ROOT = CONF_DIR.parent  # the package; a relative arch_config is found as selector.paths.find_path says
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def _config_candidates(model: ModelConfig, cache_dir: Path) -> Iterable[Path]:
 
     if model.arch_config:
         path = Path(model.arch_config).expanduser()
-        path = path if path.is_absolute() else PROJECT_ROOT / path
+        path = find_path(path)
         if not path.is_file():
             raise ConfigError(f"conf/model/{model.name}.yaml", "arch_config", f"{_shown(path)}: no such file")
         yield path

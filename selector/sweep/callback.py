@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from selector.logs import setup_logging
 from selector.sweep.state import write_state
 
 log = logging.getLogger("selector.sweep.callback")
+last_sweep_dir: Path | None = None  # the folder of the newest sweep this process started (selector.api reads it)
 
 
 class SweepCallback(Callback):
@@ -38,6 +40,7 @@ class SweepCallback(Callback):
         self._end(Path(config.hydra.run.dir))
 
     def _start(self, config: DictConfig, base: Path, multirun: bool) -> None:
+        global last_sweep_dir
         from selector.sweep import preflight
         from selector.trackers import make_tracker
 
@@ -45,7 +48,8 @@ class SweepCallback(Callback):
         self.t0 = time.time()
         # SIGTERM (a scheduler's pre-emption, `kill`) stops the sweep like Ctrl-C: the running
         # variant's worker is stopped and its MLflow runs end as KILLED.
-        signal.signal(signal.SIGTERM, _raise_interrupt)
+        if threading.current_thread() is threading.main_thread():  # Python allows handlers only there
+            signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
             planned, skey = preflight.plan(config, multirun)
             if not any(p.available for p in planned):
@@ -71,6 +75,7 @@ class SweepCallback(Callback):
         if stale:
             log.info("marked %d interrupted variant run(s) of an earlier attempt as KILLED", stale)
         base.mkdir(parents=True, exist_ok=True)
+        last_sweep_dir = base.resolve()
         reference = preflight.reference_variant(planned)
         state = {
             # The sweep's own resolved config: the end of the sweep selects with ITS policy, whatever

@@ -37,7 +37,8 @@ def evaluation_key(cfg: SelectorConfig, evalset_hash: str) -> str:
     d = to_dict(cfg)
     versions = library_versions()
     material = {
-        "model": {k: v for k, v in d["model"].items() if k != "notes"},
+        # path / repo_id: command-line shorthands, already copied (made absolute) into model.source
+        "model": {k: v for k, v in d["model"].items() if k not in ("notes", "path", "repo_id")},
         "precision": {k: v for k, v in d["precision"].items() if k != "description"},
         "calibration": d["calibration"] if calibrates(cfg) else None,
         "evalset": {"hash": evalset_hash, "tasks": d["evalset"]["tasks"], "limit": d["evalset"]["limit"]},

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from selector.config import SelectorConfig, validate
 from selector.errors import ConfigError, UserError
+from selector.models import adhoc
 from selector.plan.estimate import planned_weight_bytes
 from selector.sweep.availability import availability, check_precision, planned_device
 from selector.sweep.keys import evaluation_key, sweep_key, variant_key
@@ -127,11 +128,13 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
                       if str(e).startswith("file://"))
     planned, choices = [], {}
     notices: list[str] = []
+    checked: set[str] = set()
     for overrides in jobs:
         job, choices = compose_job(config, overrides) if multirun else (config, dict(config.hydra.runtime.choices))
         cfg, found = job_config_and_notices(job, choices, given_keys(overrides))
         check_precision(cfg, choices, given_keys(overrides), user_dirs)  # a bad precision param stops the sweep here
         notices = notices or found
+        _check_command_line_model(cfg, choices.get("model", ""), checked)
         _, ehash = load_tasks(cfg)
         ok, why = availability(cfg)
         planned_bytes, _ = planned_weight_bytes(cfg, planned_device(cfg))
@@ -145,11 +148,23 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     for p in planned:
         check_engine_knobs(p.cfg, given_keys(p.overrides), knobs)
         p.setting = setting_of(p.cfg, knobs)
+    adhoc.check_distinct_names(planned)
     policy_notices(planned[0].cfg, notices)
     check_engine_and_load(planned[0].cfg, choices)
     check_compare_to(planned[0].cfg)
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
+
+
+def _check_command_line_model(cfg: SelectorConfig, choice: str, checked: set[str]) -> None:
+    """A model given on the command line (model=path|gguf|hub) that cannot be had is a typo, not a
+    variant to skip: stop now, once per distinct model."""
+    from selector.config import to_dict
+
+    seen = repr(to_dict(cfg.model))
+    if choice in adhoc.ADHOC and seen not in checked:
+        adhoc.check(cfg, choice)
+        checked.add(seen)
 
 
 def unavailable_message(planned: list[PlannedVariant]) -> str:

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from selector.errors import EvalsetError
+from selector.paths import find_path
 from selector.registry import UnknownNameError
 from selector.tasks import templates
 from selector.tasks.data import read_rows
@@ -37,17 +38,10 @@ from selector.tasks.spec import (
 
 # ---- the folder ----
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]  # where evalsets/default lives beside selector/
-
-
 def locate_evalset(path: str | Path) -> Path:
-    """A relative path is taken from the working directory; failing that, from the project folder,
-    so the bundled `evalsets/default` is found when selector is run from anywhere."""
-    folder = Path(path)
-    if folder.is_absolute() or folder.exists():
-        return folder
-    bundled = PROJECT_ROOT / folder
-    return bundled if bundled.exists() else folder
+    """A relative path is taken from the working directory; failing that, from the package, so the
+    bundled `evalsets/default` is found when selector runs from anywhere (selector.paths)."""
+    return find_path(path)
 
 
 def load_evalset(path: str | Path, tasks: list[str] | None = None, limit: int | None = None) -> list[Task]:

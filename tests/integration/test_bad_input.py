@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import ROOT, run_selector
+from selector.paths import DEFAULT_EVALSET
+from tests.sweep_helpers import run_selector
 
 
 def assert_usage_error(result, *needles: str) -> None:  # type: ignore[no-untyped-def]
@@ -19,7 +20,7 @@ def assert_usage_error(result, *needles: str) -> None:  # type: ignore[no-untype
 
 
 def copy_default_evalset(dest: Path) -> Path:
-    shutil.copytree(ROOT / "evalsets" / "default", dest)
+    shutil.copytree(DEFAULT_EVALSET, dest)
     return dest
 
 

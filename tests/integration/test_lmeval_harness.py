@@ -24,6 +24,7 @@ from selector.tasks import get_metric, load_evalset
 from selector.tasks.lmeval import export_evalset, export_task, import_to_folder
 from selector.tasks.metrics import ScoreInput
 from selector.tasks.prompts import build_prompt
+from selector.paths import DEFAULT_EVALSET
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ def _samples(out: Path) -> dict[str, list[dict]]:
 @pytest.mark.skipif(not LM_EVAL.is_file(), reason="no lm-eval environment: set SELECTOR_LMEVAL_VENV (docs/lm-eval.md)")
 def test_lmeval_runs_exported_and_imported_tasks_like_selector(tmp_path: Path, tiny_model_dir: Path) -> None:
     export = tmp_path / "lmeval-tasks"
-    export_evalset(ROOT / "evalsets" / "default", export, tasks=["sentiment", "arithmetic", "extraction"])
+    export_evalset(DEFAULT_EVALSET, export, tasks=["sentiment", "arithmetic", "extraction"])
     dates = tmp_path / "dates"
     _jsonl(dates / "dates.jsonl", DATES[1:])
     _jsonl(dates / "dates_fewshot.jsonl", DATES[:1])
@@ -83,7 +84,7 @@ def test_lmeval_runs_exported_and_imported_tasks_like_selector(tmp_path: Path, t
     assert sorted(samples) == ["selector_arithmetic", "selector_dates", "selector_extraction", "selector_sentiment",
                                "user_reviews"]
 
-    tasks = {t.name: t for t in load_evalset(ROOT / "evalsets" / "default")} | {"dates": load_evalset(dates)[0]}
+    tasks = {t.name: t for t in load_evalset(DEFAULT_EVALSET)} | {"dates": load_evalset(dates)[0]}
     for name, rows in samples.items():
         if name == "user_reviews":
             continue

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from selector.config import PolicyConfig, TrackerConfig
+from selector.compose import compose
+from selector.config import PolicyConfig, TrackerConfig, to_dict
 from tests.fixtures.sample_report import FLOORS, sample_sweep
 from selector.selection import select
 from selector.trackers.mlflow import MlflowTracker
@@ -22,10 +24,10 @@ NOTEBOOK = ROOT / "notebooks" / "compare_variants.ipynb"
 TRY_FLOORS = {"arithmetic": 0.10}
 
 
-def _mlflow_store(folder: Path, records: list) -> str:  # type: ignore[type-arg]
+def _mlflow_store(folder: Path, records: list, config: dict | None = None) -> str:  # type: ignore[type-arg]
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     tracker = MlflowTracker(TrackerConfig(tracking_uri=uri), "notebook-test", folder)
-    parent = tracker.start_sweep("sweep-key", "sample sweep", {}, {})
+    parent = tracker.start_sweep("sweep-key", "sample sweep", {}, {}, config=config)
     for record in records:
         child = tracker.start_variant(parent, record.name, record.key, {})
         tracker.finish_variant(child, record.model_copy(deep=True), [])
@@ -33,13 +35,28 @@ def _mlflow_store(folder: Path, records: list) -> str:  # type: ignore[type-arg]
     return uri
 
 
-def _sweep_folder(folder: Path, records: list) -> Path:  # type: ignore[type-arg]
+def _sweep_folder(folder: Path, records: list, config: dict | None = None) -> Path:  # type: ignore[type-arg]
     for record in records:
         record.save(folder / record.variant.model / record.variant.precision / "record.json")
+    if config is not None:
+        (folder / "sweep.json").write_text(json.dumps({"config": config}))
     return folder
 
 
-def _run(parameters: str, tmp_path: Path) -> nbformat.NotebookNode:
+def _reused(records: list) -> dict:  # type: ignore[type-arg]
+    """Records reused from an earlier, stricter sweep (their own configs hold its floors) and the
+    config of the sweep that reused them, whose floors are FLOORS: the notebook must judge by those."""
+    for record in records:
+        record.config["policy"] = {"floors": {task: 0.99 for task in FLOORS}}
+    config = to_dict(compose([]))
+    config["policy"]["floors"] = dict(FLOORS)
+    return config
+
+
+def _run(parameters: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
+    # The kernel starts in notebooks/: it must import the selector under test (this checkout), not
+    # whichever copy the environment has installed.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     [cell] = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert nb.cells.index(cell) <= 1  # the first code cell: what a person edits
@@ -61,20 +78,25 @@ def _outputs(nb: nbformat.NotebookNode) -> tuple[list[dict], str, int]:
     return outputs, "\n".join(text), svgs
 
 
-@pytest.mark.parametrize("source", ["mlflow", "folder"])
-def test_notebook_runs_on_a_small_store_and_shows_the_verdict_change(tmp_path: Path, source: str) -> None:
+@pytest.mark.parametrize("source", ["mlflow", "folder", "reused-mlflow", "reused-folder"])
+def test_notebook_runs_on_a_small_store_and_shows_the_verdict_change(tmp_path: Path, source: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     records, _, _ = sample_sweep()
     policy = PolicyConfig(floors=dict(FLOORS))
     before = select(records, policy).winner
     after = select(records, dataclasses.replace(policy, floors={**FLOORS, **TRY_FLOORS})).winner
     assert before and after and before != after  # the data makes the what-if visible
+    config = _reused(records) if source.startswith("reused") else None
+    assert select(records, PolicyConfig(**records[0].config.get("policy", {}))).winner != before or config is None
 
-    if source == "mlflow":
-        where = f"TRACKING_URI = {_mlflow_store(tmp_path, records)!r}\nEXPERIMENT = 'notebook-test'\nSWEEP_DIR = None\n"
+    if source.endswith("mlflow"):
+        where = (f"TRACKING_URI = {_mlflow_store(tmp_path, records, config)!r}\nEXPERIMENT = 'notebook-test'\n"
+                 "SWEEP_DIR = None\n")
     else:
-        where = f"SWEEP_DIR = {str(_sweep_folder(tmp_path / 'sweep', records))!r}\n"
-    nb = _run(f"{where}PARENT_RUN_ID = None\nFLOORS = {json.dumps(FLOORS)}\nTRY_FLOORS = {json.dumps(TRY_FLOORS)}\n",
-              tmp_path)
+        where = f"SWEEP_DIR = {str(_sweep_folder(tmp_path / 'sweep', records, config))!r}\n"
+    floors = "None" if config else json.dumps(FLOORS)  # reused: the sweep's own recorded floors
+    nb = _run(f"{where}PARENT_RUN_ID = None\nFLOORS = {floors}\nTRY_FLOORS = {json.dumps(TRY_FLOORS)}\n",
+              tmp_path, monkeypatch)
 
     outputs, text, svgs = _outputs(nb)
     errors = [o for o in outputs

@@ -20,6 +20,7 @@ from selector.models import resolve
 from selector.precisions import get_backend
 from selector.precisions.base import LoadContext, LoadedModel
 from selector.tasks import load_evalset
+from selector.paths import DEFAULT_EVALSET
 from tests.factories import selector_config
 from tests.integration.test_precisions_backends import build_model
 
@@ -31,7 +32,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     root = tmp_path_factory.mktemp("fidelity")
     model_dir = build_model(root / "tiny", hidden=128, layers=2)
     model = ModelConfig(name="tiny", source=SourceConfig(kind="local", path=str(model_dir)), prompt_style="chat")
-    tasks = load_evalset(REPO / "evalsets" / "default", limit=2)  # 4 tasks x 2 items = 8 probe prompts
+    tasks = load_evalset(DEFAULT_EVALSET, limit=2)  # 4 tasks x 2 items = 8 probe prompts
     return root, model, tasks
 
 

@@ -19,6 +19,7 @@ from selector.measure.fidelity import measure_fidelity
 from selector.precisions import get_backend
 from selector.precisions.base import LoadContext, LoadedModel
 from selector.tasks import evaluate_task, load_evalset
+from selector.paths import DEFAULT_EVALSET
 from tests.factories import selector_config, shipped_config
 from tests.tiers import precision_case
 
@@ -33,7 +34,7 @@ def smol(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
     ok, why = models.check_available(model, cache_dir=cache)
     if not ok:
         pytest.skip(f"smollm2-135m: {why}")
-    evalset = REPO / "evalsets" / "default"
+    evalset = DEFAULT_EVALSET
     return model, cache, load_evalset(evalset), load_evalset(evalset, ["sentiment"], limit=24)
 
 

@@ -19,6 +19,7 @@ from selector.precisions.calibration import (
 )
 from selector.config import CalibrationConfig
 from selector.errors import ConfigError, EvalsetError
+from selector.paths import DEFAULT_EVALSET
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,7 +67,7 @@ def test_builtin_corpus_is_about_a_hundred_paragraphs_of_prose_code_and_numbers(
 
 def test_builtin_corpus_shares_no_text_with_the_default_eval_set() -> None:
     corpus = BUILTIN_CORPUS.read_text(encoding="utf-8").lower()
-    for path in sorted((REPO / "evalsets" / "default").glob("*.jsonl")):
+    for path in sorted(DEFAULT_EVALSET.glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
             for name, value in row.items():
@@ -128,7 +129,7 @@ def test_bad_config_names_the_field(cfg: CalibrationConfig, field: str) -> None:
 def test_evalset_source_uses_the_items_string_fields() -> None:
     from selector.tasks import load_evalset
 
-    tasks = load_evalset(REPO / "evalsets" / "default", ["extraction", "arithmetic"], limit=3)
+    tasks = load_evalset(DEFAULT_EVALSET, ["extraction", "arithmetic"], limit=3)
     paragraphs = evalset_paragraphs(tasks)
     assert len(paragraphs) == 6
     first = tasks[0].items[0].fields

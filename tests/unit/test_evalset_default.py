@@ -1,4 +1,4 @@
-"""The project's own eval set (evalsets/default): sizes, ids, and that every gold answer is right.
+"""The project's own eval set (selector/evalsets/default): sizes, ids, and that every gold answer is right.
 
 Code rows are checked for real: each reference solution passes its tests in the sandbox, a wrong
 one fails them, and the gold answers in both prompt styles score 1 through the code_tests metric.
@@ -10,14 +10,14 @@ import ast
 import json
 import operator
 import re
-from pathlib import Path
 
 import pytest
 
 from selector.tasks.sandbox import run_python
 from selector.tasks import ScoreInput, Task, build_prompt, get_metric, load_evalset, resolve_style
+from selector.paths import DEFAULT_EVALSET
 
-EVALSET = Path(__file__).resolve().parents[2] / "evalsets" / "default"
+EVALSET = DEFAULT_EVALSET
 STYLES = ("chat", "plain")
 
 

@@ -18,6 +18,7 @@ from selector.measure.fidelity import (
     reference_path,
     save_reference,
 )
+from selector.paths import DEFAULT_EVALSET
 from tests.factories import selector_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,7 +119,7 @@ def test_reference_path_depends_on_model_baseline_and_probe_tokens(tmp_path: Pat
 def test_probe_prompts_take_the_first_items_round_robin_over_tasks(tmp_path: Path) -> None:
     from selector.tasks import build_prompt, load_evalset
 
-    tasks = load_evalset(REPO / "evalsets" / "default")
+    tasks = load_evalset(DEFAULT_EVALSET)
     prompts = probe_prompts(tasks, cfg_for(tmp_path, "plain"), k=6)
     assert len(prompts) == 6
     first_two_rows = [build_prompt(t, t.items[row], "plain") for row in (0, 1) for t in tasks][:6]
@@ -131,7 +132,7 @@ def test_probe_prompts_take_the_first_items_round_robin_over_tasks(tmp_path: Pat
 def test_probe_prompts_stop_when_the_eval_set_runs_out(tmp_path: Path) -> None:
     from selector.tasks import load_evalset
 
-    tasks = load_evalset(REPO / "evalsets" / "default", ["sentiment"], limit=5)
+    tasks = load_evalset(DEFAULT_EVALSET, ["sentiment"], limit=5)
     assert len(probe_prompts(tasks, cfg_for(tmp_path), k=32)) == 5
 
 

@@ -12,6 +12,7 @@ from selector.config import PolicyConfig
 from selector.errors import ConfigError, EvalsetError, UserError
 from selector.sweep.floors import check_floor_tasks, merged_policy
 from selector.tasks.evalset_policy import read_evalset_policy
+from selector.paths import DEFAULT_EVALSET
 
 TASKS = ["arithmetic", "code", "extraction", "sentiment"]
 
@@ -65,7 +66,7 @@ def test_an_eval_sets_policy_file_is_checked_key_by_key(tmp_path: Path, text: st
 def test_the_default_eval_set_carries_its_floors_and_the_default_policy_none() -> None:
     cfg = compose([])
     assert cfg.policy.floors == {}
-    own = read_evalset_policy(Path(__file__).resolve().parents[2] / "evalsets" / "default")
+    own = read_evalset_policy(DEFAULT_EVALSET)
     assert own is not None and own.floors == {"sentiment": 0.8, "extraction": 0.7, "arithmetic": 0.6, "code": 0.5}
 
 

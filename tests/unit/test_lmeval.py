@@ -22,9 +22,10 @@ from selector.tasks.lmeval.source import FunctionRef, _Loader
 from selector.tasks.lmeval.scoring import score
 from selector.tasks.metrics import ScoreInput
 from selector.tasks.prompts import build_prompt
+from selector.paths import DEFAULT_EVALSET
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT = ROOT / "evalsets" / "default"
+DEFAULT = DEFAULT_EVALSET
 
 
 def _load_yaml(path: Path) -> dict:

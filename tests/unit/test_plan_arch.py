@@ -12,9 +12,10 @@ from selector.config import ModelConfig, PrecisionConfig, SourceConfig
 from selector.errors import ConfigError
 from selector.plan.arch import ArchFacts, read_arch
 from selector.plan.estimate import estimate_weights, kv_cache_bytes
+from selector.paths import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
-ARCH = ROOT / "conf" / "arch"
+ARCH = CONF_DIR / "arch"
 
 # Facts of the offline ladder's models as their converted config.json files state them.
 SMOLLM2 = {"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,

@@ -486,10 +486,12 @@ def test_hash_does_not_depend_on_where_the_folder_is(tmp_path: Path) -> None:
 
 
 def test_the_bundled_eval_set_is_found_from_any_working_directory(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from selector.tasks.loader import PROJECT_ROOT, locate_evalset
+    from selector.paths import DEFAULT_EVALSET, PACKAGE_DIR
+    from selector.tasks.loader import locate_evalset
 
     monkeypatch.chdir(tmp_path)
-    assert locate_evalset("evalsets/default") == PROJECT_ROOT / "evalsets" / "default"
+    assert DEFAULT_EVALSET == PACKAGE_DIR / "evalsets" / "default"  # package data: a wheel carries it
+    assert locate_evalset("evalsets/default") == DEFAULT_EVALSET
     assert {t.name for t in load_evalset("evalsets/default")} == {"arithmetic", "code", "extraction", "sentiment"}
     (tmp_path / "evalsets" / "default").mkdir(parents=True)  # the user's own folder of that name wins
     assert locate_evalset("evalsets/default") == Path("evalsets/default")
