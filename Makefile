@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 # CPU installs pin torch's CPU wheel through this constraints file; GPU users: see README.
 CONSTRAINTS ?= constraints/cpu.txt
 PYTEST_ARGS ?=
+# Test files spread over this many processes (pytest-xdist; a file's tests stay in one process, so
+# its module fixtures are built once). Most tests wait on a subprocess or run single-threaded.
+TEST_WORKERS ?= 2
 
 .PHONY: run test install install-dev browser dist clean
 
@@ -26,7 +29,7 @@ run: install
 	$(PY) -m selector $(ARGS)
 
 test: install-dev browser
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # A wheel and an sdist in dist/ that carry the configs and the default eval set (README: Install as a package).
 dist: $(VENV)/bin/python

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from selector.config import GROUPS, PolicyConfig, SelectorConfig
+from selector.config import PolicyConfig, SelectorConfig
+from selector.paths import CONF_DIR
 from selector.errors import SweepError, UsageExit, UserError
 from selector.sweep.stored import StoredSweep
 from selector.types import RunRecord, Selection
@@ -151,11 +152,8 @@ def load(source: str | Path, *, tracking_uri: str | None = None) -> SweepResult:
     from selector.sweep import stored
 
     path = Path(source).expanduser()
-    if path.exists():
-        return _result(stored.from_folder(path), report=(path / "report") if path.is_dir() else path.parent)
-    if tracking_uri or re.fullmatch(r"[0-9a-f]{32}", str(source)):
-        return _result(stored.from_mlflow(str(source), tracking_uri), report=None)
-    raise UserError(f"{source}: no such file or folder (and not an MLflow run id)")
+    report = ((path / "report") if path.is_dir() else path.parent) if path.exists() else None
+    return _result(stored.from_source(source, tracking_uri), report=report)
 
 
 def latest_sweep(tracking_uri: str | None = None, experiment: str = "selector") -> str:
@@ -189,11 +187,16 @@ def as_overrides(overrides: Overrides) -> list[str]:
         return [str(o) for o in overrides]
     out = []
     for key, value in overrides.items():
-        if key in (*GROUPS, "sweep") and isinstance(value, (list, tuple)):
+        if _is_group(key) and isinstance(value, (list, tuple)):
             out.append(f"{key}={','.join(_value(v) for v in value)}")  # a list of choices: sweep them
         else:
             out += _dotted(key, value)
     return out
+
+
+def _is_group(key: str) -> bool:
+    """A config group (model, precision, ..., the sweep presets), whose list value means "sweep these"."""
+    return key != "hydra" and "." not in key and (CONF_DIR / key).is_dir()
 
 
 def policy_overrides(policy: Overrides) -> list[str]:

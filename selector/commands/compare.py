@@ -9,16 +9,13 @@ parent run. A sweep run with `compare_to=<folder or run id>` carries the same in
 from __future__ import annotations
 
 import argparse
-import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from selector.errors import UserError
 from selector.report.compare import Side
-
-RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+from selector.sweep.comparison import compare_sides, later, load_side, log_comparison, write_comparison
 
 
 def main(argv: list[str]) -> int:
@@ -39,12 +36,15 @@ def main(argv: list[str]) -> int:
     from selector.logs import setup_logging
 
     setup_logging()
-    tracker = _lazy_tracker(args.tracking_uri)
-    a, b = load_sweep(args.a, tracker), load_sweep(args.b, tracker)
+    try:
+        a, b = load_side(args.a, args.tracking_uri), load_side(args.b, args.tracking_uri)
+    except UserError as e:
+        raise UserError(f"compare: {e}") from None
     comparison = compare_sides(a, b)
-    out = args.out or _default_out(a, b)
-    paths = write_comparison(comparison, out)
-    logged = log_comparison(comparison, a, b, paths)
+    last = later(a, b)
+    first = a if last is b else b
+    paths = write_comparison(comparison, args.out or _default_out(first, last))
+    logged = log_comparison(comparison, first, last, paths)
     _print(comparison, show_all=args.all)
     print(f"\nComparison: {paths['md']}\n            {paths['json']}")
     if logged:
@@ -52,105 +52,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def compare_sides(a: Side, b: Side) -> dict[str, Any]:
-    from selector.report.compare import compare
-
-    try:
-        return compare(a, b)
-    except ValueError as e:  # nothing in common: say what each side has
-        raise UserError(f"compare: {e}") from None
-
-
-def _lazy_tracker(uri: str | None) -> Callable[[], Any]:
-    made: list[Any] = []
-
-    def get() -> Any:
-        if not made:
-            from selector.compose import compose
-            from selector.trackers import make_tracker
-
-            defaults = compose([])
-            defaults.tracker.kind = "mlflow"
-            if uri:
-                defaults.tracker.tracking_uri = uri
-            made.append(make_tracker(defaults.tracker, defaults.experiment, defaults.output_dir))
-        return made[0]
-
-    return get
-
-
-def load_sweep(source: str, tracker: Callable[[], Any]) -> Side:
-    """A sweep folder (sweep.json and its jobs' record.json files) or an MLflow parent run id."""
-    path = Path(source)
-    if path.exists():
-        return _folder(path, source)
-    if not RUN_ID.match(source):
-        raise UserError(f"compare: {source}: no such folder, and not an MLflow run id")
-    t = tracker()
-    if not hasattr(t, "client"):
-        raise UserError(f"compare: {source}: no such folder; an MLflow run id needs tracker=mlflow")
-    try:
-        run = t.client.get_run(source)
-    except Exception:
-        raise UserError(f"compare: {source}: no such folder, and no MLflow run with this id in {t.uri}") from None
-    records = t.load_records(source)
-    if not records:
-        raise UserError(f"compare: MLflow run {source} has no variant runs with records: not a sweep's parent run")
-    config = t.load_sweep_config(source) or records[0].config
-    return Side(source, records, config, source, t.uri, run.info.start_time / 1000 if run.info.start_time else None)
-
-
-def _folder(path: Path, label: str) -> Side:
-    from selector.sweep.end import gather_records
-    from selector.sweep.state import read_state
-
-    if not path.is_dir():
-        raise UserError(f"compare: {label}: not a folder (a sweep folder holds sweep.json and its variants' records)")
-    state = read_state(path)
-    records = gather_records(path)
-    if not state and not records:
-        raise UserError(f"compare: {label}: not a sweep folder (no sweep.json and no record.json under it)")
-    if not records:
-        raise UserError(f"compare: {label}: a sweep folder without variant records (record.json): did it run?")
-    config = state.get("config") or records[0].config
-    return Side(label, records, config, state.get("parent_run_id"), state.get("tracking_uri", ""),
-                state.get("started_at"))
-
-
-def later(a: Side, b: Side) -> Side:
-    """The sweep that started last (B when either time is unknown)."""
-    if a.started_at is not None and b.started_at is not None and a.started_at > b.started_at:
-        return a
-    return b
-
-
-def _default_out(a: Side, b: Side) -> Path:
-    last, first = (b, a) if later(a, b) is b else (a, b)
+def _default_out(first: Side, last: Side) -> Path:
     name = "compare-" + re.sub(r"[^\w.-]+", "_", Path(first.label).name)[:80]
     base = Path(last.label) if Path(last.label).is_dir() else Path("outputs") / "comparisons" / last.label
     return base / name
-
-
-def write_comparison(comparison: dict[str, Any], out: Path) -> dict[str, Path]:
-    from selector.report.render import render_comparison_markdown
-
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"md": out / "compare.md", "json": out / "compare.json"}
-    paths["md"].write_text(render_comparison_markdown(comparison), encoding="utf-8")
-    paths["json"].write_text(json.dumps(comparison, indent=2, default=str), encoding="utf-8")
-    return paths
-
-
-def log_comparison(comparison: dict[str, Any], a: Side, b: Side, paths: dict[str, Path]) -> str | None:
-    """Attach the comparison to the later sweep's parent run; the run id, or None without one."""
-    from selector.report.compare_view import headline
-    from selector.trackers.comparison import log_comparison as log
-
-    last, first = (b, a) if later(a, b) is b else (a, b)
-    if not last.parent_run_id or not last.tracking_uri:
-        return None
-    tags = {"selector.compared_to": first.parent_run_id or first.label, "selector.comparison": headline(comparison)}
-    return log(last.tracking_uri, last.parent_run_id, list(paths.values()), tags)
 
 
 def _print(comparison: dict[str, Any], show_all: bool) -> None:

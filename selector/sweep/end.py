@@ -106,12 +106,11 @@ def finish_sweep(base: Path, wall_s: float) -> None:
 
 def compare_with(cfg: SelectorConfig, this: Any) -> dict[str, Any]:
     """This sweep against the one it names (compare_to), for its report; a failure is said there."""
-    from selector.commands.compare import compare_sides, load_sweep
     from selector.errors import UserError
-    from selector.trackers import make_tracker
+    from selector.sweep.comparison import compare_sides, load_side
 
     try:
-        before = load_sweep(str(cfg.compare_to), lambda: make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir))
+        before = load_side(str(cfg.compare_to), cfg.tracker.tracking_uri, cfg.output_dir)
         return compare_sides(before, this)
     except UserError as e:  # checked before the sweep started; the predecessor may have moved since
         log.warning("%s", e)
@@ -122,15 +121,13 @@ def _log_comparison(comparison: dict[str, Any] | None, state: dict[str, Any], ba
     """The comparison's own files beside the report, and on this sweep's parent run."""
     if not comparison or comparison.get("error"):
         return
-    from selector.commands.compare import write_comparison
-    from selector.report.compare_view import headline
-    from selector.trackers.comparison import log_comparison
+    from selector.report.compare import Side
+    from selector.sweep.comparison import log_comparison, write_comparison
 
     paths = write_comparison(comparison, base / "report")
-    if state.get("parent_run_id") and state.get("tracking_uri"):
-        tags = {"selector.compared_to": comparison["a"].get("parent_run_id") or comparison["a"]["label"],
-                "selector.comparison": headline(comparison)}
-        log_comparison(state["tracking_uri"], state["parent_run_id"], list(paths.values()), tags)
+    before = Side(comparison["a"]["label"], [], {}, comparison["a"].get("parent_run_id"))
+    this = Side(str(base), [], {}, state.get("parent_run_id"), state.get("tracking_uri") or "")
+    log_comparison(comparison, before, this, paths)
 
 
 def _memory_metrics(records: list[RunRecord]) -> dict[str, float]:

@@ -218,13 +218,12 @@ def check_compare_to(cfg: SelectorConfig) -> None:
     """compare_to must name a sweep that can be read now, not only when this one ends."""
     if not cfg.compare_to:
         return
-    from selector.commands.compare import load_sweep
-    from selector.trackers import make_tracker
+    from selector.sweep.comparison import load_side
 
     try:
-        load_sweep(str(cfg.compare_to), lambda: make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir))
+        load_side(str(cfg.compare_to), cfg.tracker.tracking_uri, cfg.output_dir)
     except UserError as e:
-        raise ConfigError("command line", "compare_to", str(e).removeprefix("compare: ")) from None
+        raise ConfigError("command line", "compare_to", str(e)) from None
 
 
 def reference_variant(planned: list[PlannedVariant]) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from selector.errors import ConfigError, UserError
 from selector.types import RunRecord, Selection
 
 log = logging.getLogger("selector.sweep.stored")
+RUN_ID = re.compile(r"[0-9a-f]{32}")  # an MLflow run id
 
 
 @dataclass
@@ -28,6 +30,17 @@ class StoredSweep:
     source: str  # what was read, for messages
     state: dict[str, Any] = field(default_factory=dict)  # tracking_uri / parent_run_id, when known
     folder: bool = True  # read from files (which also hold the samples the report shows), not MLflow
+
+
+def from_source(source: str | Path, tracking_uri: str | None = None,
+                output_dir: str | Path | None = None) -> StoredSweep:
+    """A sweep folder, records folder or report.json when the path exists; else an MLflow parent run id."""
+    path = Path(source).expanduser()
+    if path.exists():
+        return from_folder(path)
+    if RUN_ID.fullmatch(str(source)):
+        return from_mlflow(str(source), tracking_uri, output_dir)
+    raise UserError(f"{source}: no such folder, and not an MLflow run id")
 
 
 def from_folder(source: Path) -> StoredSweep:
@@ -47,6 +60,9 @@ def from_folder(source: Path) -> StoredSweep:
         return _checked(StoredSweep(records, doc.get("context", {}).get("config"), source.parent, str(source)))
     records = gather_records(source) or [RunRecord.load(p) for p in sorted(source.glob("*.json"))]
     state = read_state(source)
+    if not records:
+        raise UserError(f"{source}: a sweep folder without variant records (record.json): did it run?" if state else
+                        f"{source}: not a sweep folder (no sweep.json and no record.json under it)")
     config = state.get("config")
     report = source / "report" / "report.json"
     if config is None and report.exists():
@@ -65,23 +81,24 @@ def from_mlflow(run_id: str, tracking_uri: str | None = None, output_dir: str | 
         defaults.tracker.tracking_uri = tracking_uri
     out = Path(output_dir or defaults.output_dir)
     probe = make_tracker(defaults.tracker, defaults.experiment, out)
-    experiment = _experiment_of(probe, run_id)
+    experiment, started_at = _experiment_of(probe, run_id)
     tracker = make_tracker(defaults.tracker, experiment, out) if experiment != defaults.experiment else probe
     records = tracker.load_records(run_id)
-    state = {"tracking_uri": tracker.uri, "parent_run_id": run_id}
+    state = {"tracking_uri": tracker.uri, "parent_run_id": run_id, "started_at": started_at}
     where = f"MLflow run {run_id} in {tracker.uri}"
     config = tracker.load_sweep_config(run_id)
     return _checked(StoredSweep(records, config, out / "selections" / run_id, where, state, folder=False))
 
 
-def _experiment_of(tracker: Any, run_id: str) -> str:
-    """The name of the experiment a run is in; a UserError when the store has no such run."""
+def _experiment_of(tracker: Any, run_id: str) -> tuple[str, float | None]:
+    """The name of the experiment a run is in and the run's start (s); a UserError when there is no such run."""
     client = getattr(tracker, "client", None)
     if client is None:  # tracker=none: nothing to read from
         raise UserError(f"MLflow run {run_id}: no MLflow tracker is configured (tracker=none)")
     try:
         run = client.get_run(run_id)
-        return str(client.get_experiment(run.info.experiment_id).name)
+        started = run.info.start_time / 1000 if run.info.start_time else None
+        return str(client.get_experiment(run.info.experiment_id).name), started
     except Exception as e:  # MLflow's RestException / MlflowException for an unknown id
         raise UserError(f"MLflow run {run_id}: not found in {tracker.uri} ({type(e).__name__})") from None
 

@@ -4,7 +4,6 @@ plots, latency limits in selection)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +12,6 @@ from selector.compose import compose as _compose
 from selector.types import PerfResult, RunRecord
 from tests.factories import run_record
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +29,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
 
 
 def config(*overrides: str):  # type: ignore[no-untyped-def]
-    cfg = _compose(["measure=load-quick", *overrides])
-    cfg.evalset.path = str(ROOT / cfg.evalset.path)
-    return cfg
+    return _compose(["measure=load-quick", *overrides])  # evalsets/default is found in the package
 
 
 def tasks_for(cfg):  # type: ignore[no-untyped-def]

@@ -37,6 +37,7 @@ PACKAGE_DATA = (  # what a wheel must carry for selector to run without the chec
     "selector/conf/model/path.yaml", "selector/conf/precision/bf16.yaml", "selector/conf/arch/qwen2.5-7b.json",
     "selector/evalsets/default/policy.yaml", "selector/evalsets/default/sentiment.yaml",
     "selector/evalsets/default/code.jsonl", "selector/report/templates/report.html.j2",
+    "hydra_plugins/selector_sweeper/selector_sweeper.py", "selector/conf/search/adaptive.yaml",
 )
 
 
