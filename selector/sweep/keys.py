@@ -37,8 +37,9 @@ def evaluation_key(cfg: SelectorConfig, evalset_hash: str) -> str:
     d = to_dict(cfg)
     versions = library_versions()
     material = {
-        # path / repo_id: command-line shorthands, already copied (made absolute) into model.source
-        "model": {k: v for k, v in d["model"].items() if k not in ("notes", "path", "repo_id")},
+        # path / repo_id: command-line shorthands, already copied (made absolute) into model.source;
+        # arch_config only sizes the plan (the weights come from the source)
+        "model": {k: v for k, v in d["model"].items() if k not in ("notes", "path", "repo_id", "arch_config")},
         "precision": {k: v for k, v in d["precision"].items() if k != "description"},
         "calibration": d["calibration"] if calibrates(cfg) else None,
         "evalset": {"hash": evalset_hash, "tasks": d["evalset"]["tasks"], "limit": d["evalset"]["limit"]},
