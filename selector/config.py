@@ -195,6 +195,9 @@ class PolicyConfig:
     latency_limits: dict[str, float] = field(default_factory=dict)  # e.g. {e2e_ms_p95@8: 2000}
     objective: str = "weight_memory"  # weight_memory | latency | cost
     price_per_hour: Optional[float] = None  # for objective=cost
+    # The engine the winner will be served on (vllm, tgi, hf, ...). When latency decides the verdict
+    # from figures of another engine, the report says so at the top: rankings flip between engines.
+    deploy_engine: Optional[str] = None
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from selector.config import PolicyConfig
@@ -122,7 +123,7 @@ def collect_warnings(
     noise_floor: dict[str, float],
     sensitivity_rows: list[dict[str, Any]],
 ) -> list[str]:
-    warnings: list[str] = []
+    warnings: list[str] = engine_mismatch(records, policy)
     if evidence and reference is None:
         warnings.append("No reference: no completed variant has task results; nothing is compared pairwise.")
     if reference is not None:
@@ -203,3 +204,33 @@ def _noise(evidence: dict[str, Evidence], ranking: Ranking, noise_floor: dict[st
                 f"floor ({noise_floor[task] * 100:.1f} points): a re-run could reverse it."
             )
     return out
+
+
+def measuring_engine(record: RunRecord) -> str | None:
+    """What served the record's latency figures: hf (transformers in-process), the program a served
+    engine started (vllm, ...), or None for an attached server (its engine is not known here)."""
+    engine = (record.config or {}).get("engine") or {}
+    if engine.get("kind", "hf") == "hf":
+        return "hf"
+    command = str(engine.get("server_command") or "").split()
+    return Path(command[0]).name.lower() if command else None
+
+
+def engine_mismatch(records: list[RunRecord], policy: PolicyConfig) -> list[str]:
+    """A warning when latency decides the verdict (limits, or a latency/cost objective) from figures
+    of an engine other than the one the user deploys on (policy.deploy_engine)."""
+    deploy = (policy.deploy_engine or "").strip().lower()
+    decides = [f"latency limits {', '.join(sorted(policy.latency_limits))}"] if policy.latency_limits else []
+    decides += [f"objective={policy.objective}"] if policy.objective in ("latency", "cost") else []
+    if not deploy or not decides:
+        return []
+    other = sorted({engine for r in records
+                    if r.perf and (engine := measuring_engine(r)) is not None and engine != deploy})
+    if not other:
+        return []
+    shown = {"hf": "hf, transformers in-process"}
+    engines = ", ".join(shown.get(e, e) for e in other)
+    return [f"Latency decides this verdict ({' and '.join(decides)}) from figures measured on {engines}, but "
+            f"policy.deploy_engine={deploy}: rankings flip between engines (in transformers, 4-bit AWQ decodes "
+            f"slower than bf16; in vLLM, faster). Measure the candidates on {deploy} (engine=openai-vllm, or "
+            "engine=openai with its server) before trusting the latency ranking."]

@@ -136,3 +136,24 @@ def test_a_lead_within_five_percent_is_called_close() -> None:
     assert choice.best == "smol/bf16 [max_batch_size=4]" and "The lead is under 5%" in choice.summary
     apart = [setting_record(1, {4: (2.0, 1.5, 900)}), setting_record(4, {4: (2.0, 2.0, 950)})]
     assert "The lead is under" not in choose_settings(apart, PolicyConfig())[0].summary
+
+
+def test_latency_measured_on_another_engine_than_the_deployed_one_is_the_first_warning() -> None:
+    fast = setting_record(4, {4: (0.6, 0.6, 1500.0)})
+    slow = setting_record(1, {4: (0.4, 0.3, 2500.0)}, precision="int8")
+    records = [fast, slow]
+    limits = {"e2e_ms_p95@4": 2000.0}
+    warned = select(records, PolicyConfig(latency_limits=limits, deploy_engine="vllm")).warnings
+    assert warned and warned[0].startswith("Latency decides this verdict (latency limits e2e_ms_p95@4)")
+    assert "measured on hf, transformers in-process, but policy.deploy_engine=vllm" in warned[0]
+    # the same engine, no engine given, or nothing latency-based deciding: no such warning
+    for policy in (PolicyConfig(latency_limits=limits, deploy_engine="HF"), PolicyConfig(latency_limits=limits),
+                   PolicyConfig(deploy_engine="vllm")):
+        assert not any(w.startswith("Latency decides") for w in select(records, policy).warnings), policy
+    served = [r.model_copy(update={"config": {**r.config, "engine": {"kind": "openai",
+                                                                     "server_command": "vllm serve {model_path}"}}})
+              for r in records]
+    assert not any("Latency decides" in w for w in select(served, PolicyConfig(objective="latency",
+                                                                                deploy_engine="vllm")).warnings)
+    cost = select(served, PolicyConfig(objective="cost", price_per_hour=2.0, deploy_engine="tgi")).warnings
+    assert "(objective=cost) from figures measured on vllm, but policy.deploy_engine=tgi" in cost[0]
