@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from selector.errors import ConfigError
 from selector import resolvers
 from selector.paths import CONF_DIR
+from selector.yaml_lines import yaml_line
 
 
 @dataclass
@@ -330,25 +330,6 @@ def _display(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
-
-
-def yaml_line(path: Path, keys: list[str]) -> int | None:
-    """1-based line of a (nested) key in a YAML file, or None."""
-    try:
-        node = yaml.compose(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    line = None
-    for key in keys:
-        if not isinstance(node, yaml.MappingNode):
-            break
-        for k, v in node.value:
-            if getattr(k, "value", None) == key:
-                line, node = k.start_mark.line + 1, v
-                break
-        else:
-            break
-    return line
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 CONF_DIR = PACKAGE_DIR / "conf"
 EVALSETS_DIR = PACKAGE_DIR / "evalsets"
 DEFAULT_EVALSET = EVALSETS_DIR / "default"
+SWEEP_STATE_FILE = "sweep.json"  # in a sweep's folder: its config, parent run and planned variants
 
 
 def find_path(path: str | Path) -> Path:

@@ -15,7 +15,8 @@ from typing import Any
 
 from selector.errors import UserError
 from selector.report.compare import Side
-from selector.sweep.comparison import compare_sides, later, load_side, log_comparison, write_comparison
+from selector.sweep.comparison import compare_sides, later, log_comparison, write_comparison
+from selector.sweep.stored import load_side
 
 
 def main(argv: list[str]) -> int:

@@ -50,7 +50,7 @@ class Comparison:
 def compare_records(sweep_dir: Path) -> list[Comparison]:
     """Estimated vs measured weight bytes for every completed RunRecord under a sweep folder."""
     from selector.compose import config_from_dict
-    from selector.sweep.end import gather_records
+    from selector.sweep.judging import gather_records
 
     if not Path(sweep_dir).exists():
         raise UserError(f"{sweep_dir}: no such folder")

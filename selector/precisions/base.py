@@ -19,39 +19,22 @@ as skipped with the backend's reason, not as crashed.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
-from selector.config import CalibrationConfig, ModelConfig, PrecisionConfig
+from selector.config import PrecisionConfig
 from selector.precisions.kernels import KernelDecision, cuda_capability
+from selector.precisions.loading import (  # noqa: F401 (re-exported: backends import them from here)
+    LoadContext,
+    LoadedModel,
+    config_kwargs,
+    dir_bytes,
+    load_tokenizer,
+    torch_dtype,
+)
 from selector.precisions.params import NoParams, Where, parse_params
 from selector.precisions.weights import WeightEstimate
-from selector.types import KernelInfo, QuantInfo
 
 INSTALL_HINT = "pip install 'selector[quant]'"
-
-
-@dataclass
-class LoadContext:
-    model_cfg: ModelConfig
-    device: str  # "cpu" or "cuda:0"
-    cache_dir: Path
-    calibration: CalibrationConfig
-    # Returns the calibration texts (source chosen by config; by default text not in the eval set).
-    calibration_texts: Callable[[], list[str]] = lambda: []
-    progress: bool = True
-
-
-@dataclass
-class LoadedModel:
-    model: Any  # a transformers PreTrainedModel, in eval mode, on ctx.device
-    tokenizer: Any
-    device: str
-    artifact_dir: str | None = None  # checkpoint folder that was loaded (for its size on disk)
-    quant: QuantInfo | None = None
-    notes: list[str] = field(default_factory=list)
-    kernel: KernelInfo | None = None  # what runs the linear layers (filled in by Backend.load)
 
 
 class Backend:
@@ -135,34 +118,3 @@ class Backend:
     def kernel_name(self, precision: PrecisionConfig) -> str:
         """A short name for the kernel this backend runs when it has no choice of kernel."""
         return f"{self.name}-{precision.method}" if precision.method else self.name
-
-
-def torch_dtype(name: str) -> Any:
-    import torch
-
-    try:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-    except KeyError:
-        raise ValueError(f"unknown dtype {name!r}: use float32, bfloat16 or float16") from None
-
-
-def load_tokenizer(resolved: Any) -> Any:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(resolved.path, **resolved.load_kwargs())
-    if tok.pad_token is None:  # batched generation needs one; eos is the usual stand-in
-        tok.pad_token = tok.eos_token
-    tok.padding_side = "left"
-    return tok
-
-
-def config_kwargs(resolved: Any) -> dict[str, Any]:
-    """The subset of `resolved.load_kwargs()` that AutoConfig understands (others become attributes)."""
-    keep = ("revision", "trust_remote_code", "local_files_only")
-    return {k: v for k, v in resolved.load_kwargs().items() if k in keep}
-
-
-def dir_bytes(path: str | Path | None) -> int | None:
-    if not path or not Path(path).is_dir():
-        return None
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())

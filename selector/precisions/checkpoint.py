@@ -17,7 +17,7 @@ from typing import Any
 from selector.config import PrecisionConfig
 from selector.errors import UnavailableError
 from selector.precisions import kernels
-from selector.precisions.base import LoadContext, torch_dtype
+from selector.precisions.loading import LoadContext, torch_dtype
 from selector.precisions.kernel_info import inspect_kernel
 from selector.types import KernelInfo
 

@@ -52,7 +52,7 @@ def quantized_linears(resolved: Any, trust_remote_code: bool = False) -> list[Li
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from selector.precisions.base import config_kwargs
+    from selector.precisions.loading import config_kwargs
 
     config = AutoConfig.from_pretrained(resolved.path, **config_kwargs(resolved))
     with torch.device("meta"):

@@ -14,7 +14,7 @@ from typing import Any
 
 from selector.config import PrecisionConfig
 from selector.errors import ConfigError
-from selector.precisions.base import LoadContext, LoadedModel, dir_bytes, load_tokenizer
+from selector.precisions.loading import LoadContext, LoadedModel, dir_bytes, load_tokenizer
 from selector.precisions.cpu_fixes import set_gptqmodel_workers
 from selector.types import QuantInfo
 

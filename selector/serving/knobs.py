@@ -80,13 +80,13 @@ def _setting_subdir(*, _root_: Any) -> str:
 
 
 def sweep_knobs(root: Any) -> list[str]:
-    from selector.sweep.state import STATE_FILE
+    from selector.paths import SWEEP_STATE_FILE
 
     base = Path(str(OmegaConf.select(root, "hydra.sweep.dir", default="") or ""))
     if not base.is_absolute():  # a worker elsewhere (Ray, SLURM) starts in a folder of its own
         base = Path(str(OmegaConf.select(root, "hydra.runtime.cwd", default="") or ".")) / base
     try:
-        return list(json.loads((base / STATE_FILE).read_text()).get("serving_knobs") or [])
+        return list(json.loads((base / SWEEP_STATE_FILE).read_text()).get("serving_knobs") or [])
     except (OSError, ValueError):
         return []
 

@@ -1,6 +1,6 @@
-"""Two stored sweeps compared (report.compare's tables): read either side from a folder or an
-MLflow parent run (sweep.stored), write compare.md / compare.json, and attach them to the later
-sweep's MLflow parent run. `selector compare` and a sweep's `compare_to=` both go through here.
+"""Two sweeps compared (report.compare's tables; each side read by sweep.stored.load_side): write
+compare.md / compare.json and attach them to the later sweep's MLflow parent run. `selector compare`
+and a sweep's `compare_to=` both go through here.
 """
 
 from __future__ import annotations
@@ -11,16 +11,6 @@ from typing import Any
 
 from selector.errors import UserError
 from selector.report.compare import Side
-
-
-def load_side(source: str, tracking_uri: str | None = None, output_dir: str | Path | None = None) -> Side:
-    """A sweep folder (sweep.json and its jobs' record.json files) or an MLflow parent run id."""
-    from selector.sweep.stored import from_source
-
-    sweep = from_source(source, tracking_uri, output_dir)
-    config = sweep.config or sweep.records[0].config
-    return Side(str(source), sweep.records, config, sweep.state.get("parent_run_id"),
-                sweep.state.get("tracking_uri", ""), sweep.state.get("started_at"))
 
 
 def compare_sides(a: Side, b: Side) -> dict[str, Any]:

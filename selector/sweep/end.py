@@ -7,47 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from selector.config import SelectorConfig
+from selector.sweep.judging import gather_records, report_context, select_and_report
 from selector.sweep.searched import not_needed_records, savings, summary_line
 from selector.sweep.state import read_state
-from selector.types import RunRecord, SampleRecord, Selection
+from selector.types import RunRecord, Selection
 
 log = logging.getLogger("selector.sweep.end")
-
-
-def gather_records(base: Path) -> list[RunRecord]:
-    """Every job's record under a sweep folder, one per variant key (the newest wins)."""
-    by_key: dict[str, tuple[float, RunRecord]] = {}
-    for path in sorted(base.rglob("record.json")):
-        record = RunRecord.load(path)
-        mtime = path.stat().st_mtime
-        if record.key not in by_key or by_key[record.key][0] < mtime:
-            by_key[record.key] = (mtime, record)
-    return [r for _, r in by_key.values()]
-
-
-def report_context(cfg: SelectorConfig, state: dict[str, Any], base: Path, wall_s: float) -> dict[str, Any]:
-    from selector.config import to_dict
-    from selector.measure.environment import environment
-
-    return {
-        "experiment": cfg.experiment,
-        "tracking_uri": state.get("tracking_uri", ""),
-        "parent_run_id": state.get("parent_run_id"),
-        "sweep_dir": str(base),
-        "config": to_dict(cfg),
-        "environment": environment(),
-        "wall_time_s": wall_s,
-    }
-
-
-def select_and_report(records: list[RunRecord], cfg: SelectorConfig, context: dict[str, Any], out: Path,
-                      samples: dict[str, list[SampleRecord]] | None = None) -> tuple[Selection, dict[str, Path]]:
-    from selector.report import write_report
-    from selector.selection import select
-
-    selection = select(records, cfg.policy)
-    paths = write_report(records, selection, context, out, samples=samples)
-    return selection, paths
 
 
 def finish_sweep(base: Path, wall_s: float) -> None:
@@ -72,6 +37,7 @@ def finish_sweep(base: Path, wall_s: float) -> None:
 
     if cfg.compare_to:
         from selector.report.compare import Side
+        from selector.sweep.stored import compare_with
 
         context["comparison"] = compare_with(cfg, Side(str(base), records, state.get("config") or {},
                                                        state.get("parent_run_id"), state.get("tracking_uri", ""),
@@ -102,19 +68,6 @@ def finish_sweep(base: Path, wall_s: float) -> None:
     hint = tracker.ui_hint(state.get("parent_run_id"), [r.mlflow_run_id for r in records if r.mlflow_run_id])
     if hint:
         print("MLflow: " + "\n        ".join(hint))
-
-
-def compare_with(cfg: SelectorConfig, this: Any) -> dict[str, Any]:
-    """This sweep against the one it names (compare_to), for its report; a failure is said there."""
-    from selector.errors import UserError
-    from selector.sweep.comparison import compare_sides, load_side
-
-    try:
-        before = load_side(str(cfg.compare_to), cfg.tracker.tracking_uri, cfg.output_dir)
-        return compare_sides(before, this)
-    except UserError as e:  # checked before the sweep started; the predecessor may have moved since
-        log.warning("%s", e)
-        return {"error": str(e), "a": {"label": cfg.compare_to}, "b": {"label": this.label}}
 
 
 def _log_comparison(comparison: dict[str, Any] | None, state: dict[str, Any], base: Path) -> None:

@@ -20,7 +20,7 @@ def candidates(variants: list[dict[str, Any]]) -> list[Candidate]:
 def outcomes(base: Path, policy: Any, names: tuple[str, ...]) -> dict[str, Outcome]:
     """Each named variant's outcome from the records under the sweep folder."""
     from selector.selection import select
-    from selector.sweep.end import gather_records
+    from selector.sweep.judging import gather_records
 
     records = {r.name: r for r in sorted(gather_records(base), key=lambda r: r.finished_at)}
     verdicts = {v.variant: v for v in select(list(records.values()), policy).verdicts} if records else {}

@@ -13,8 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from selector.paths import SWEEP_STATE_FILE
+
 STATE_ENV = "SELECTOR_SWEEP_STATE"
-STATE_FILE = "sweep.json"
+STATE_FILE = SWEEP_STATE_FILE
 
 
 def write_state(base: Path, state: dict[str, Any]) -> Path:

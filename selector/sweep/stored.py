@@ -16,6 +16,7 @@ from typing import Any
 
 from selector.config import SelectorConfig
 from selector.errors import ConfigError, UserError
+from selector.report.compare import Side
 from selector.types import RunRecord, Selection
 
 log = logging.getLogger("selector.sweep.stored")
@@ -45,7 +46,7 @@ def from_source(source: str | Path, tracking_uri: str | None = None,
 
 def from_folder(source: Path) -> StoredSweep:
     """Records, the sweep's config (when kept) and the folder of a sweep, records folder or report.json."""
-    from selector.sweep.end import gather_records
+    from selector.sweep.judging import gather_records
     from selector.sweep.state import read_state
 
     source = Path(source)
@@ -145,7 +146,7 @@ def select_again(stored: StoredSweep, cfg: SelectorConfig, out: Path | None) -> 
     """The selection under cfg.policy and, when `out` is given, a new report there."""
     from selector.report.samples import load_samples
     from selector.selection import select
-    from selector.sweep.end import report_context, select_and_report
+    from selector.sweep.judging import report_context, select_and_report
 
     if out is None:
         return select(stored.records, cfg.policy), {}
@@ -153,7 +154,6 @@ def select_again(stored: StoredSweep, cfg: SelectorConfig, out: Path | None) -> 
     context = report_context(cfg, stored.state, stored.base, 0.0)
     if cfg.compare_to:  # the sweep named a predecessor: the new report compares with it too
         from selector.report.compare import Side
-        from selector.sweep.end import compare_with
 
         context["comparison"] = compare_with(cfg, Side(stored.source, stored.records, stored.config or {},
                                                        stored.state.get("parent_run_id"),
@@ -177,3 +177,23 @@ def _check_floor_names(cfg: SelectorConfig, records: list[RunRecord], overrides:
     except ConfigError as e:
         raise ConfigError("command line" if f"policy.{e.field}" in given else "the sweep's recorded policy",
                           f"policy.{e.field}", e.problem) from None
+
+
+def load_side(source: str, tracking_uri: str | None = None, output_dir: str | Path | None = None) -> Side:
+    """One side of a comparison: a sweep folder or an MLflow parent run id, read as from_source does."""
+    sweep = from_source(source, tracking_uri, output_dir)
+    config = sweep.config or sweep.records[0].config
+    return Side(str(source), sweep.records, config, sweep.state.get("parent_run_id"),
+                sweep.state.get("tracking_uri", ""), sweep.state.get("started_at"))
+
+
+def compare_with(cfg: SelectorConfig, this: Any) -> dict[str, Any]:
+    """This sweep against the one it names (compare_to), for its report; a failure is said there."""
+    from selector.sweep.comparison import compare_sides
+
+    try:
+        before = load_side(str(cfg.compare_to), cfg.tracker.tracking_uri, cfg.output_dir)
+        return compare_sides(before, this)
+    except UserError as e:  # checked before the sweep started; the predecessor may have moved since
+        log.warning("%s", e)
+        return {"error": str(e), "a": {"label": cfg.compare_to}, "b": {"label": this.label}}
