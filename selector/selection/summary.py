@@ -92,7 +92,9 @@ def write_summary(
 ) -> str:
     total = len(records)
     if not evidence:
-        counts = {s: sum(r.status == s for r in records) for s in ("failed", "skipped")}
+        said = {"stopped": "stopped early below a floor", "not_needed": "not needed", "failed": "failed",
+                "skipped": "skipped"}
+        counts = {said[s]: sum(r.status == s for r in records) for s in said}
         detail = ", ".join(f"{k} {s}" for s, k in counts.items() if k)
         return f"No variant completed ({detail or 'no records'}): nothing to recommend."
     eligible = f"{len(ranking.ranked)} of {total} variant{'s' if total != 1 else ''} eligible"

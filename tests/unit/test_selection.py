@@ -241,6 +241,9 @@ def test_nothing_completed():
     s = select(records, PolicyConfig(floors=FLOORS))
     assert s.winner is None and s.reference is None
     assert s.summary == "No variant completed (1 failed, 1 skipped): nothing to recommend."
+    stopped = [r.model_copy(update={"status": "stopped"}) for r in records]  # an adaptive search stopped both
+    assert select(stopped, PolicyConfig(floors=FLOORS)).summary == \
+        "No variant completed (2 stopped early below a floor): nothing to recommend."
 
 
 def test_missing_metrics_fail_as_not_measured():
