@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,8 +29,11 @@ def run_selector(setup: dict[str, Path], *overrides: str, env: dict[str, str] | 
 
 
 def start_selector(setup: dict[str, Path], *overrides: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    # SIGINT as a shell gives it: a pytest-xdist worker ignores SIGINT, and a child would inherit that
+    # (Python then installs no KeyboardInterrupt handler, and Ctrl-C tests hang).
     return subprocess.Popen(selector_cmd(setup, *overrides), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT, env={**os.environ, **(env or {})}, start_new_session=True)
+                            text=True, cwd=ROOT, env={**os.environ, **(env or {})}, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def mlflow_runs(out: Path, experiment: str = "selector") -> tuple[list, list]:
