@@ -18,6 +18,20 @@ import pytest
 from tests.tiers import QUANT_EXTRA, missing_quant
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which CPU ran the suite: quantized scores and kernel rounding differ between instruction sets,
+    so a failure report must name them."""
+    import os
+
+    import torch
+
+    from selector.measure.environment import cpu_features, cpu_model
+
+    features = ", ".join(cpu_features()) or "none of " + ", ".join(("avx2", "avx512f", "amx"))
+    return (f"cpu: {cpu_model()}, {os.cpu_count()} cores; {features}; "
+            f"torch {torch.__version__} kernels: {torch.backends.cpu.get_cpu_capability()}")
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("quant"):
         missing = missing_quant(*mark.args)

@@ -68,6 +68,22 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# The instruction sets that decide which bf16/int8 kernels torch and the quantization libraries run:
+# scores of quantized models and every timing can differ between machines that differ here.
+CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
+
+
+def cpu_features() -> list[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return [f for f in CPU_FEATURES if f in flags]
+    except OSError:
+        pass
+    return []
+
+
 def git_commit() -> str | None:
     """The commit of selector's own git checkout (with -dirty for uncommitted changes to tracked
     files), or None: installed from a wheel, or a copy lying inside some other repository, whose
@@ -100,6 +116,7 @@ def environment(device: str | None = None) -> dict[str, Any]:
     env: dict[str, Any] = {
         "platform": platform.platform(),
         "cpu": cpu_model(),
+        "cpu_features": cpu_features(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 
 import pytest
+from scipy.stats import binomtest
+
 from selector import models
 from selector.config import CalibrationConfig, ModelConfig, SelectorConfig
 from selector.measure.fidelity import measure_fidelity
@@ -51,23 +53,37 @@ def load_variant(cfg: SelectorConfig, tasks: list) -> LoadedModel:  # type: igno
     return get_backend(cfg.precision.backend).load(resolved, cfg.precision, ctx)
 
 
-def sentiment_accuracy(loaded: LoadedModel, cfg: SelectorConfig, sentiment: list) -> float:  # type: ignore[type-arg]
+def sentiment_scores(loaded: LoadedModel, cfg: SelectorConfig, sentiment: list) -> dict[str, float]:  # type: ignore[type-arg]
+    """Each sentiment item's score (0 or 1), by item id."""
     from selector.engines.hf import HFEngine
 
-    result, _ = evaluate_task(HFEngine(loaded.model, loaded.tokenizer, 8), sentiment[0], cfg.model.name,
-                              cfg.model.prompt_style)
-    return result.value
+    _, samples = evaluate_task(HFEngine(loaded.model, loaded.tokenizer, 8), sentiment[0], cfg.model.name,
+                               cfg.model.prompt_style)
+    return {s.id: s.score for s in samples}
+
+
+def mean(scores: dict[str, float]) -> float:
+    return sum(scores.values()) / len(scores)
+
+
+def significantly_worse_p(variant: dict[str, float], baseline: dict[str, float]) -> float:
+    """One-sided exact McNemar p-value that the variant is worse than the baseline on the same items:
+    a binomial test on the discordant pairs. A fixed accuracy margin on 24 items would be one or two
+    items, which a different CPU's rounding can move (AVX-512/AMX vs AVX2 take different bf16 paths)."""
+    lost = sum(1 for k in baseline if baseline[k] > variant[k])
+    gained = sum(1 for k in baseline if variant[k] > baseline[k])
+    return 1.0 if lost + gained == 0 else float(binomtest(lost, lost + gained, 0.5, alternative="greater").pvalue)
 
 
 @pytest.fixture(scope="module")
-def baseline_accuracy(smol) -> float:  # type: ignore[no-untyped-def]
+def baseline_scores(smol) -> dict[str, float]:  # type: ignore[no-untyped-def]
     model, cache, tasks, sentiment = smol
     cfg = cfg_for(model, cache, "bf16")
     loaded = load_variant(cfg, tasks)
     assert measure_fidelity(loaded, tasks, cfg) is None  # writes the probe file the variants read
-    accuracy = sentiment_accuracy(loaded, cfg, sentiment)
-    assert accuracy >= 0.8  # measured 0.92 on the whole task: the model can do this
-    return accuracy
+    scores = sentiment_scores(loaded, cfg, sentiment)
+    assert mean(scores) >= 0.8  # measured 0.92 on the whole task: the model can do this
+    return scores
 
 
 @pytest.mark.parametrize(
@@ -81,7 +97,7 @@ def baseline_accuracy(smol) -> float:  # type: ignore[no-untyped-def]
     ],
 )
 def test_smollm2_stays_close_to_bf16(  # type: ignore[no-untyped-def]
-    name: str, min_agreement: float, max_kl: float, smol, baseline_accuracy: float
+    name: str, min_agreement: float, max_kl: float, smol, baseline_scores: dict[str, float]
 ) -> None:
     model, cache, tasks, sentiment = smol
     cfg = cfg_for(model, cache, name)
@@ -89,16 +105,17 @@ def test_smollm2_stays_close_to_bf16(  # type: ignore[no-untyped-def]
     fidelity = measure_fidelity(loaded, tasks, cfg)
     assert fidelity is not None and fidelity.baseline == "smollm2-135m/bf16"
     assert fidelity.positions > 1000  # 36 probes x 32 positions
-    accuracy = sentiment_accuracy(loaded, cfg, sentiment)
+    scores = sentiment_scores(loaded, cfg, sentiment)
+    accuracy = mean(scores)
     print(f"\nsmollm2-135m {name}: top-1 {fidelity.top1_agreement:.3f} KL {fidelity.mean_kl:.3f} "
-          f"sentiment {accuracy:.3f} (bf16 {baseline_accuracy:.3f})")
+          f"sentiment {accuracy:.3f} (bf16 {mean(baseline_scores):.3f})")
     assert fidelity.top1_agreement >= min_agreement, fidelity
     assert 0 < fidelity.mean_kl < max_kl, fidelity
     if loaded.quant is not None and loaded.quant.artifact_dir:
         # SmolLM2's hidden size 576 is not a multiple of 128: the group size actually used is 64
         assert loaded.quant.params["group_size"] == 64 and loaded.quant.params["group_size_requested"] == 128
-    if max_kl <= 0.1:  # 8-bit keeps what the model can do
-        assert accuracy >= baseline_accuracy - 0.1
+    if max_kl <= 0.1:  # 8-bit keeps what the model can do: no significant loss, item for item
+        assert significantly_worse_p(scores, baseline_scores) >= 0.01, (scores, baseline_scores)
     else:
         # 4-bit on a 135M model can lose it (measured: nf4 and gptq-int4 fall to ~0.55 on these 24
         # items while top-1 agreement stays ~0.88): the sweep exists to show that. Only a broken
