@@ -191,7 +191,7 @@ class PolicyConfig:
     ci_method: str = "wilson"  # wilson | bootstrap
     weights: dict[str, float] = field(default_factory=dict)  # optional combined score
     max_weight_gb: Optional[float] = None
-    max_memory_gb: Optional[float] = None  # peak VRAM on CUDA, peak RSS on CPU
+    max_memory_gb: Optional[float] = None  # the serving peak: reserved VRAM on CUDA, RSS on CPU (docs/memory.md)
     latency_limits: dict[str, float] = field(default_factory=dict)  # e.g. {e2e_ms_p95@8: 2000}
     objective: str = "weight_memory"  # weight_memory | latency | cost
     price_per_hour: Optional[float] = None  # for objective=cost

@@ -157,12 +157,27 @@ class PerfResult(_Model):
     compile_note: str = ""
 
 
+class PeakMemory(_Model):
+    """The most memory one phase of a variant's life held (docs/memory.md)."""
+
+    rss_bytes: int | None = None  # the process's resident set (high-water mark over the phase)
+    cuda_allocated_bytes: int | None = None  # torch's peak allocated on the device
+    cuda_reserved_bytes: int | None = None  # torch's peak reserved (what the device had to give)
+
+
 class MemoryResult(_Model):
     weight_bytes: int  # parameters + buffers as held in memory
-    peak_rss_bytes: int | None = None  # whole process, CPU
+    # The three phases (None in records made before they were measured apart):
+    serving: PeakMemory | None = None  # after load: evaluation, latency and load tests
+    load: PeakMemory | None = None  # loading the checkpoint as production would (from the cache)
+    prepare: PeakMemory | None = None  # converting, quantizing, the fidelity reference (None: all cached)
+    runtime_rss_bytes: int | None = None  # the process just before the model loaded (interpreter, libraries)
+    # The worker process's whole life (in older records, the only peak there is):
+    peak_rss_bytes: int | None = None
     cuda_max_allocated_bytes: int | None = None
     cuda_max_reserved_bytes: int | None = None
     artifact_bytes: int | None = None  # on-disk size of the checkpoint that was loaded
+    planned_serving_bytes: int | None = None  # plan's estimate of the serving peak (weights, KV, activations, runtime)
 
 
 class KernelInfo(_Model):

@@ -10,7 +10,9 @@ from selector.selection.evidence import Evidence
 from selector.selection.measures import (
     latency_value,
     parse_latency_key,
+    PROCESS_PEAK,
     peak_memory_gb,
+    serving_peak,
     weight_gb,
 )
 from selector.types import Check
@@ -165,7 +167,8 @@ def build_checks(
         checks.append(budget_check("max_weight_gb", "weight", weight_gb(ev.record),
                                    policy.max_weight_gb, "GB", 2))  # fmt: skip
     if policy.max_memory_gb is not None:
-        checks.append(budget_check("max_memory_gb", "peak memory", peak_memory_gb(ev.record),
+        label = "process peak (older record)" if serving_peak(ev.record)[1] == PROCESS_PEAK else "serving peak"
+        checks.append(budget_check("max_memory_gb", label, peak_memory_gb(ev.record),
                                    policy.max_memory_gb, "GB", 2))  # fmt: skip
     for key, limit in sorted(policy.latency_limits.items()):
         value = latency_value(ev.record, parse_latency_key(key))

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from selector.config import PolicyConfig
 from selector.errors import ConfigError
 from selector.selection import pareto_front, parse_latency_key, pick_reference, precision_bits, select
-from selector.types import ErrorInfo, MemoryResult, RunRecord, Selection, TaskResult
+from selector.selection.measures import SERVING_GPU, SERVING_RSS, serving_peak
+from selector.types import ErrorInfo, MemoryResult, PeakMemory, RunRecord, Selection, TaskResult
 from tests.factories import GB, hits, perf, run_record, task_result
 
 
@@ -275,14 +276,48 @@ def test_weight_budget():
     assert verdict(s, "large/int8").status == "eligible"
 
 
-def test_peak_memory_prefers_cuda_reserved_over_rss():
+def test_an_older_record_is_judged_on_its_process_peak_and_says_so():
+    """Records made before the phases were measured apart have one peak: the worker's whole life."""
     records = [
         record("gpu", "bf16", 100, 0.2, {"t": (9, 10)}, peak_rss_gb=1.0, cuda_reserved_gb=6.0),
         record("cpu", "bf16", 100, 0.3, {"t": (9, 10)}, peak_rss_gb=3.0),
     ]
     s = select(records, PolicyConfig(max_memory_gb=4.0))
-    assert verdict(s, "gpu/bf16").reasons == ["peak memory 6.00 GB > budget 4.00 GB"]
+    assert verdict(s, "gpu/bf16").reasons == ["process peak (older record) 6.00 GB > budget 4.00 GB"]
     assert s.winner == "cpu/bf16"
+
+
+def with_phases(r: RunRecord, *, serving: float, load: float, prepare: float | None, cuda: bool = False) -> RunRecord:
+    def peak(gb: float) -> PeakMemory:
+        return PeakMemory(cuda_reserved_bytes=int(gb * GB), cuda_allocated_bytes=int(gb * GB * 0.9),
+                          rss_bytes=int(GB)) if cuda else PeakMemory(rss_bytes=int(gb * GB))
+
+    assert r.memory is not None
+    r.memory.serving, r.memory.load = peak(serving), peak(load)
+    r.memory.prepare = peak(prepare) if prepare is not None else None
+    return r
+
+
+def test_the_memory_limit_judges_the_serving_peak_not_loading_or_preparing():
+    """The issue's case: int4 prepared at 15.7 GB (conversion, GPTQ, the bf16 baseline) but served in a few."""
+    int4 = with_phases(record("qwen", "gptq-int4", 1630, 0.2, {"t": (9, 10)}, peak_rss_gb=15.7),
+                       serving=3.1, load=3.4, prepare=15.7)
+    bf16 = with_phases(record("qwen", "bf16", 3550, 0.3, {"t": (9, 10)}, peak_rss_gb=11.3),
+                       serving=9.2, load=11.3, prepare=None)
+    s = select([int4, bf16], PolicyConfig(max_memory_gb=8.0))
+    assert s.winner == "qwen/gptq-int4"
+    assert verdict(s, "qwen/bf16").reasons == ["serving peak 9.20 GB > budget 8.00 GB"]
+    check = next(c for c in verdict(s, "qwen/gptq-int4").checks if c.name == "max_memory_gb")
+    assert check.passed and check.value == pytest.approx(3.1)
+    assert serving_peak(int4) == (int(3.1 * GB), SERVING_RSS)
+
+
+def test_on_a_gpu_the_serving_peak_is_reserved_vram():
+    gpu = with_phases(record("m", "bf16", 100, 0.2, {"t": (9, 10)}), serving=6.0, load=7.0, prepare=20.0, cuda=True)
+    assert serving_peak(gpu) == (int(6.0 * GB), SERVING_GPU)
+    assert select([gpu], PolicyConfig(max_memory_gb=6.5)).winner == "m/bf16"
+    assert verdict(select([gpu], PolicyConfig(max_memory_gb=5.5)), "m/bf16").reasons == [
+        "serving peak 6.00 GB > budget 5.50 GB"]
 
 
 def test_latency_limits_from_load_levels_and_single_requests():
