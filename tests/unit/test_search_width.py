@@ -102,3 +102,27 @@ def test_ray_config_reads_the_launchers_remote_and_init() -> None:
 
     width = search_width(config(launcher), ray_resources=cluster)
     assert width.workers == 8 and seen == [{"address": "10.0.0.1:6379"}]
+
+
+def shipped(*overrides: str) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    from selector.config import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return search_width(compose("config", overrides=list(overrides), return_hydra_config=True))
+
+
+def test_the_shipped_presets_as_composed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launchers' real _target_ names and defaults, through the project's own presets."""
+    assert shipped() == search_width(config({"_target_": BASIC}))
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    import selector.sweep.gpu_pool  # noqa: F401  registers ${selector_gpu_count:}, as the preset's callback does
+
+    monkeypatch.setenv("SELECTOR_GPUS", "0,1,2")
+    assert (shipped("hydra/launcher=joblib_gpus").workers, shipped("hydra/launcher=joblib_gpus").source) == (
+        3, "joblib: n_jobs=3")
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    assert shipped("hydra/launcher=slurm") == search_width(config({"_target_": SLURM, "array_parallelism": 16}))
+    assert shipped("hydra/launcher=slurm", "hydra.launcher.array_parallelism=4").workers == 4
+    assert shipped("hydra/launcher=slurm", "search.workers=2").source == "search.workers=2"
