@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from selector.sweep.width import HINT, joblib_width, ray_width, search_width
+from selector.sweep.width import HINT, joblib_width, ray_width, search_width, with_autoscaler
 
 BASIC = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 JOBLIB = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
@@ -94,11 +94,12 @@ def test_ray_config_reads_the_launchers_remote_and_init() -> None:
     """search_width hands `hydra.launcher.ray.init` to whatever counts the cluster (the integration
     test passes the real one); here a cluster given by hand."""
     seen = []
-    launcher = {"_target_": RAY, "ray": {"init": {"address": "10.0.0.1:6379"}, "remote": {"num_cpus": 4, "num_gpus": 1}}}
+    launcher = {"_target_": RAY,
+                "ray": {"init": {"address": "10.0.0.1:6379"}, "remote": {"num_cpus": 4, "num_gpus": 1}}}
 
-    def cluster(init: Any) -> dict[str, float]:
+    def cluster(init: Any) -> tuple[dict[str, float], str]:
         seen.append(dict(init))
-        return {"CPU": 64.0, "GPU": 8.0}
+        return {"CPU": 64.0, "GPU": 8.0}, "Ray cluster"
 
     width = search_width(config(launcher), ray_resources=cluster)
     assert width.workers == 8 and seen == [{"address": "10.0.0.1:6379"}]
@@ -126,3 +127,20 @@ def test_the_shipped_presets_as_composed(monkeypatch: pytest.MonkeyPatch) -> Non
     assert shipped("hydra/launcher=slurm") == search_width(config({"_target_": SLURM, "array_parallelism": 16}))
     assert shipped("hydra/launcher=slurm", "hydra.launcher.array_parallelism=4").workers == 4
     assert shipped("hydra/launcher=slurm", "search.workers=2").source == "search.workers=2"
+
+
+def test_ray_counts_what_the_autoscaler_may_grow_to() -> None:
+    """A head of 8 CPUs whose autoscaler may add up to 16 GPUs: waves of 16 ask it to grow."""
+    total, label = with_autoscaler({"CPU": 8.0, "memory": 30.0 * GIB}, {"CPU": 256, "GPU": 16, "memory": 0})
+    assert label == "Ray autoscaler's maximum" and total == {"CPU": 256.0, "GPU": 16.0, "memory": 30.0 * GIB}
+    width = ray_width(total, {"num_cpus": 4, "num_gpus": 1}, label)
+    assert width.workers == 16 and width.source.startswith("Ray autoscaler's maximum: 256 CPUs / 4 CPUs per variant")
+
+
+def test_ray_without_a_known_finite_maximum_counts_the_nodes_there_now() -> None:
+    import sys
+
+    now = {"CPU": 2.0}
+    assert with_autoscaler(now, None) == (now, "Ray cluster")  # no autoscaler (a `ray start` cluster)
+    assert with_autoscaler(now, {"CPU": sys.maxsize}) == (now, "Ray cluster")  # an unbounded node group
+    assert with_autoscaler(now, {"CPU": 1}) == (now, "Ray cluster")  # the cluster is already larger
