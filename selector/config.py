@@ -167,7 +167,7 @@ class SearchConfig:
     round_size: int = 12  # items per task between two looks at the floors
     complete: bool = False  # adaptive, but measure every variant (early rejection still applies)
     prune_margin: float = 0.05  # prune only variants planned this much (relative) above the best measured one
-    workers: Optional[int] = None  # variants run at once (waves); default: the launcher's n_jobs, else 1
+    workers: Optional[int] = None  # variants per wave; default: what the launcher runs at once (sweep/width.py)
     stop_early: bool = True  # set false by the search for the runs that must see every item (evidence)
 
 
@@ -283,7 +283,7 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("search.alpha", lambda v: 0 < v < 1, "a probability strictly between 0 and 1"),
     ("search.round_size", lambda v: v >= 1, "at least 1 item"),
     ("search.prune_margin", lambda v: v >= 0, "0 or more (a fraction: 0.05 = 5%)"),
-    ("search.workers", lambda v: v >= 1, "at least 1 (or null for the launcher's n_jobs)"),
+    ("search.workers", lambda v: v >= 1, "at least 1 (or null: as many as the launcher runs at once)"),
 )
 
 

@@ -120,8 +120,11 @@ def search(records: list[RunRecord], context: dict[str, Any]) -> dict[str, Any] 
     table.note = ("Variants in the order the search took them (smallest planned weight memory first). A stopped "
                   "variant's floor was out of reach with probability at least 1 - alpha over the item order "
                   "(an anytime-valid bound); see docs/search.md.")
+    width, waves = wave_lines(info)
     return {
         "table": table,
+        "width": width,
+        "waves": waves,
         "notes": info.get("notes", []),
         "line": (f"{saved.get('variants_measured', 0):.0f} of {saved.get('variants', 0):.0f} variants measured, "
                  f"{saved.get('items_evaluated', 0):.0f} of {saved.get('grid_items', 0):.0f} items scored; the "
@@ -129,6 +132,22 @@ def search(records: list[RunRecord], context: dict[str, Any]) -> dict[str, Any] 
                  f"{fmt.seconds(saved.get('grid_estimate_s'))} for the full grid (an estimate from this sweep's "
                  "own timings)") if saved else "",
     }
+
+
+def wave_lines(search: dict[str, Any]) -> tuple[str, list[str]]:
+    """The waves the search handed the launcher, for the console and the report: a heading with the
+    width and where it came from, then one line per wave (its kind, wall time, variants)."""
+    waves = search.get("waves") or []
+    if not waves:
+        return "", []
+    workers, source = search.get("workers"), search.get("width_source")
+    heading = (f"{len(waves)} wave{'s' if len(waves) != 1 else ''} of up to {workers} variant"
+               f"{'s' if workers != 1 else ''} at a time" + (f" ({source})" if source else ""))
+    lines = []
+    for number, wave in enumerate(waves, 1):
+        took = f", {wave['wall_s']:.0f} s" if wave.get("wall_s") is not None else ""
+        lines.append(f"wave {number} ({wave['kind']}{took}): {', '.join(wave['names'])}")
+    return heading, lines
 
 
 def environment(records: list[RunRecord], context: dict[str, Any]) -> list[tuple[str, str]]:

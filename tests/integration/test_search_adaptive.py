@@ -34,6 +34,13 @@ def test_pruning_and_the_evidence_wave(tiny_setup: dict[str, Path]) -> None:
     assert records["tiny/fp32"]["reason"].startswith("not needed: tiny/int8 already meets every floor and is smaller")
     assert records["tiny/bf16"]["search"]["items_evaluated"] == records["tiny/bf16"]["search"]["items_total"] == 24
     assert "adaptive search: 2 of 3 variants measured, 48 of 72 items scored" in result.stdout
+    # the local launcher: waves of one, and the console says why
+    assert "3 variants, 1 at a time (local launcher: one variant at a time)" in result.stdout + result.stderr
+    latest = max((tiny_setup["out"] / "sweeps").iterdir(), key=lambda p: p.stat().st_mtime)
+    state = json.loads((latest / "sweep.json").read_text())
+    waves = [(w["kind"], w["names"]) for w in state["search"]["waves"]]
+    assert waves == [("search", ["tiny/int8"]), ("evidence", ["tiny/bf16"])]
+    assert "wave 2 (evidence, " in result.stdout
     [report] = (tiny_setup["out"] / "sweeps").glob("*/report/report.md")
     text = report.read_text()
     assert "## How the search went" in text and "| tiny/fp32 | not needed |" in text
