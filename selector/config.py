@@ -222,6 +222,9 @@ class SelectorConfig:
     time_limit_s: Optional[float] = None  # per variant; the worker is killed past it
     memory_limit_gb: Optional[float] = None  # per variant address-space cap (CPU), where supported
     compare_to: Optional[str] = None  # an earlier sweep (folder or MLflow parent run id): the report compares with it
+    # Libraries' output (progress bars, quantization tables) on the console too; it always goes to
+    # each variant's worker.log, and the console shows selector's own lines.
+    verbose: bool = False
 
 
 SCHEMA_NAME = "selector_schema"
