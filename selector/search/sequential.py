@@ -12,8 +12,9 @@ the cost, so alpha goes where it saves the most: an early look stops a clearly f
 before most of its items are scored, while late looks hardly need alpha (few items are left to
 save, sampling without replacement shrinks the tail as n nears N, and a variant that cannot reach
 the threshold even with every remaining item right is rejected with certainty). The last look, at
-N, is exact for every test (0/1 and betting alike) and spends nothing. O'Brien-Fleming-type spending lets 1/12 correct against a 60% floor
-run past the first look of a 200-item task (16 interim looks); linear spending is close to Pocock.
+N, is exact for every test (0/1 and betting alike) and spends nothing. O'Brien-Fleming-type
+spending lets 1/12 correct against a 60% floor run past the first look of a 200-item task (16
+interim looks); linear spending is close to Pocock.
 benchmarks/adaptive_simulation.py compares the three on items scored.
 
 Several floors per variant: the variant's alpha is split evenly (Bonferroni) over its tests, so
