@@ -61,6 +61,24 @@ def bootstrap_interval(
     return (float(result.confidence_interval.low), float(result.confidence_interval.high))
 
 
+def mean_interval(
+    scores: Sequence[float], binary: bool, confidence: float = 0.95, ci_method: str = "wilson",
+    n_resamples: int = 2000, seed: int = 0,
+) -> tuple[float, float, str]:  # fmt: skip
+    """The one interval of a task's mean, for the evaluation, the decision and the report alike.
+
+    0/1 scores: Wilson's score interval, or the percentile bootstrap with ci_method="bootstrap".
+    Fractional scores (token F1): the percentile bootstrap whatever ci_method says, since Wilson's
+    interval is built on a binomial count's variance p(1 - p), which a fractional mean does not
+    have. Returns (low, high, method)."""
+    values = np.asarray(scores, dtype=float)
+    if binary and ci_method == "wilson":
+        low, high = wilson_interval(float(values.sum()), int(values.size), confidence)
+        return low, high, "wilson"
+    low, high = bootstrap_interval(values, confidence, n_resamples, seed)
+    return low, high, "bootstrap"
+
+
 def newcombe_diff_interval(
     p1: float, n1: int, p2: float, n2: int, confidence: float = 0.95
 ) -> tuple[float, float]:

@@ -16,7 +16,7 @@ from selector.selection.measures import e2e_p50_ms, weight_gb
 from selector.selection.precision import pick_baseline, pick_reference
 from selector.selection.ranking import Ranking, format_objective, objective_value, rank
 from selector.selection.summary import collect_warnings, rejection_reasons, write_summary
-from selector.types import RunRecord, Selection, Verdict
+from selector.types import RunRecord, Selection, TaskInterval, Verdict
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0
@@ -128,7 +128,9 @@ def _verdicts(
         baseline = pick_baseline(record, records)
         common = {"variant": name, "checks": ranking.checks[name], "objective": objective,
                   "paired": ev.paired, "scores": scores, "baseline": baseline.name if baseline else None,
-                  "baseline_paired": _baseline_diffs(record, baseline, policy)}  # fmt: skip
+                  "baseline_paired": _baseline_diffs(record, baseline, policy),
+                  "intervals": {t: TaskInterval(low=i.low, high=i.high, method=i.method)
+                                for t, i in ev.intervals.items()}}  # fmt: skip
         if name not in ranking.ranked:
             reasons = rejection_reasons(name, ranking, policy)
             verdicts.append(Verdict(status="rejected", reasons=reasons, **common))

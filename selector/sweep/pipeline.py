@@ -278,7 +278,8 @@ class VariantRun:
             for name, samples in outcome.samples.items():
                 sink.write("".join(r.model_dump_json() + "\n" for r in samples.values()))
                 if samples:
-                    result = summarize(by_name[name], {i: r.score for i, r in samples.items()}, cfg.policy.confidence)
+                    result = summarize(by_name[name], {i: r.score for i, r in samples.items()}, cfg.policy.confidence,
+                                       cfg.policy.ci_method)
                     self.record.tasks[name] = result
                     log.info("%s %s: %.3f [%.3f, %.3f] n=%d", self.variant.name, name, result.value, result.ci_low,
                              result.ci_high, result.n)
