@@ -288,7 +288,7 @@ class PairedDiff(_Model):
     flips_to_wrong: int  # reference right, variant wrong (fractional scores: at the 0.5 cut, for people)
     flips_to_right: int  # reference wrong, variant right
     mcnemar_p: float | None = None  # 0/1 scores only
-    method: str = "bootstrap"  # the interval: tango (0/1 scores) | t (fractional) | bootstrap (older records)
+    method: str = "bootstrap"  # the interval: tango (0/1 scores) | betting (fractional) | bootstrap (older records)
     test: str = "mcnemar"  # the p-value's test: mcnemar (0/1) | wilcoxon (fractional, raw scores)
     p_value: float | None = None  # that test's two-sided p (None in older records: mcnemar_p)
 

@@ -61,7 +61,7 @@ def paired_table(records: list[RunRecord], selection: Selection) -> Table | None
         table.rows.append(row)
     table.note = (f"Reference: {selection.reference}. Each cell: variant accuracy minus reference accuracy "
                   "on the same items, with its 95% CI (0/1 scores: Tango's score interval; fractional scores: "
-                  "Student's t); the test's p (0/1 scores: McNemar's exact; fractional: Wilcoxon's signed-rank "
+                  "a betting interval); the test's p (0/1 scores: McNemar's exact; fractional: Wilcoxon's signed-rank "
                   "on the raw scores) and the same p Holm-adjusted over every cell of this table; flips: items "
                   "the reference got right and the variant wrong (↓), and the reverse (↑; fractional scores cut "
                   f"at 0.5). Marked: significantly worse, Holm-adjusted p < {FLAG_ALPHA:g}.")

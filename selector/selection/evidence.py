@@ -87,7 +87,7 @@ def paired_diff(
 ) -> PairedDiff | None:
     """Variant minus reference over the item ids both scored; None when they share none.
 
-    0/1 scores: Tango's score interval and McNemar's exact test; fractional scores: Student's t
+    0/1 scores: Tango's score interval and McNemar's exact test; fractional scores: a betting
     interval of the mean difference and Wilcoxon's signed-rank test, both on the raw scores
     (selector.stats_paired). n_resamples and seed are kept for callers; no resampling is needed."""
     shared = sorted(variant.item_scores.keys() & reference.item_scores.keys())
@@ -103,7 +103,7 @@ def paired_diff(
         low, high, p = paired_fractional(v - r, confidence)
         v_right, r_right = v >= RIGHT_THRESHOLD, r >= RIGHT_THRESHOLD
         to_wrong, to_right = int(np.sum(r_right & ~v_right)), int(np.sum(~r_right & v_right))
-        method, test, mcnemar = "t", "wilcoxon", None
+        method, test, mcnemar = "betting", "wilcoxon", None
     return PairedDiff(
         task=variant.task, diff=float(np.mean(v - r)), ci_low=low, ci_high=high, n=len(shared),
         flips_to_wrong=to_wrong, flips_to_right=to_right, mcnemar_p=mcnemar, method=method, test=test, p_value=p,

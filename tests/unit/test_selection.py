@@ -602,6 +602,6 @@ def test_fractional_paired_differences_get_no_mcnemar():
     var = _f1_record("big", "int8", 1.0, [0.85, 0.45, 0.45, 0.6, 0.8, 0.2] * 8)
     s = select([ref, var], PolicyConfig(rule="non_inferiority", default_margin=0.05))
     diff = verdict(s, "big/int8").paired["qa"]
-    assert diff.mcnemar_p is None and diff.test == "wilcoxon" and diff.method == "t"
+    assert diff.mcnemar_p is None and diff.test == "wilcoxon" and diff.method == "betting"
     assert diff.diff == pytest.approx(-0.2 / 6)  # -5, +5, -15, +5, 0, -10 points per block of six
     assert diff.ci_low < diff.diff < diff.ci_high and 0 < diff.p_value < 1

@@ -13,6 +13,7 @@ from scipy.stats import norm, wilcoxon
 
 from selector.stats import mean_interval, wilson_interval
 from selector.stats_paired import (
+    betting_lower,
     holm,
     noninferiority_exact_p,
     paired_binary,
@@ -90,10 +91,22 @@ def test_fractional_differences_use_the_raw_scores():
     rng = np.random.default_rng(1)
     d = rng.uniform(-0.4, 0.3, 48)
     low, high, p = paired_fractional(d, 0.95)
-    half = 2.0117 * d.std(ddof=1) / math.sqrt(48)  # t quantile, 47 degrees of freedom
-    assert (low, high) == pytest.approx((d.mean() - half, d.mean() + half), abs=1e-4)
+    half = 2.0117 * d.std(ddof=1) / math.sqrt(48)  # Student's t, 47 degrees of freedom: narrower
+    assert low < d.mean() - half and d.mean() + half < high and high - low < 4 * half
     assert p == pytest.approx(wilcoxon(d).pvalue)
-    assert paired_fractional(np.zeros(10), 0.95) == (0.0, 0.0, 1.0)
+    low, high, p = paired_fractional(np.zeros(200), 0.95)  # identical scores, 200 items
+    assert -0.05 < low < 0 < high < 0.05 and p == 1.0
+
+
+def test_the_betting_bound_covers_skewed_differences_at_the_margin():
+    """Most items unchanged, a few dropping far, true mean exactly -5 points: 2000 draws of 48
+    items; the lower end clears -5 points in at most 2.5% of them (Student's t: about 10%)."""
+    rng = np.random.default_rng(5)
+    hits = 0
+    for _ in range(2000):
+        d = np.where(rng.random(48) < 0.1, -0.5, 0.0)  # mean -0.05
+        hits += betting_lower((d + 1) / 2, 0.025) * 2 - 1 >= -0.05
+    assert hits / 2000 <= 0.025
 
 
 def test_holm_step_down():
