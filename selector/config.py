@@ -280,7 +280,7 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("measure.throughput.new_tokens", lambda v: v >= 1, "at least 1"),
     ("measure.noise_floor.repeats", lambda v: v >= 0, "0 or more"),
     ("search.strategy", lambda v: v in ("adaptive", "grid"), "adaptive or grid (search=adaptive|grid)"),
-    ("search.alpha", lambda v: 0 < v < 1, "a probability strictly between 0 and 1"),
+    ("search.alpha", lambda v: 0 < v < 0.5, "a probability strictly between 0 and 0.5"),
     ("search.round_size", lambda v: v >= 1, "at least 1 item"),
     ("search.prune_margin", lambda v: v >= 0, "0 or more (a fraction: 0.05 = 5%)"),
     ("search.workers", lambda v: v >= 1, "at least 1 (or null for the launcher's n_jobs)"),

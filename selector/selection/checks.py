@@ -36,8 +36,8 @@ def validate_policy(policy: PolicyConfig) -> None:
     ):
         if value not in allowed:
             raise bad(field, f"unknown value {value!r}; choose one of {', '.join(allowed)}")
-    if not 0.5 <= policy.confidence < 1.0:
-        raise bad("confidence", f"must lie in [0.5, 1), got {policy.confidence}")
+    if not 0.5 < policy.confidence < 1.0:  # its alpha, 1 - confidence, must lie in (0, 0.5)
+        raise bad("confidence", f"must lie in (0.5, 1) (its alpha, 1 - confidence, in (0, 0.5)), got {policy.confidence}")
     floors = dict(policy.floors)
     if policy.default_floor is not None:
         floors["<default_floor>"] = policy.default_floor

@@ -605,3 +605,15 @@ def test_fractional_paired_differences_get_no_mcnemar():
     assert diff.mcnemar_p is None and diff.test == "wilcoxon" and diff.method == "betting"
     assert diff.diff == pytest.approx(-0.2 / 6)  # -5, +5, -15, +5, 0, -10 points per block of six
     assert diff.ci_low < diff.diff < diff.ci_high and 0 < diff.p_value < 1
+
+
+@pytest.mark.parametrize("policy, field", [
+    (PolicyConfig(confidence=0.5), "confidence"), (PolicyConfig(confidence=1.0), "confidence"),
+    (PolicyConfig(default_margin=-0.01), "default_margin"), (PolicyConfig(margins={"t": -0.1}), "margins.t"),
+])  # fmt: skip
+def test_a_policy_alpha_outside_0_to_half_or_a_negative_margin_is_refused(policy, field):
+    from selector.selection.checks import validate_policy
+
+    with pytest.raises(ConfigError) as e:
+        validate_policy(policy)
+    assert e.value.field == field
