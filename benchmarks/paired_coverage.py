@@ -172,7 +172,7 @@ def markdown(data, exact, boot, frac, discs) -> str:  # type: ignore[no-untyped-
 True difference exactly -{100 * MARGIN:.0f} points, confidence {CONFIDENCE} (one-sided nominal
 {pct(NOMINAL)}); seed {SEED}; {data['cpu_s']} CPU seconds. Produced by `python -m benchmarks.paired_coverage`.
 
-## 0/1 scores, exact: P(declared non-inferior), the selection's rule (Tango's interval alone)
+## 0/1 scores, exact: P(declared non-inferior) under the selection's rule (in brackets: Tango's interval alone)
 
 {exact_md}
 

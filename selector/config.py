@@ -169,6 +169,9 @@ class SearchConfig:
     prune_margin: float = 0.05  # prune only variants planned this much (relative) above the best measured one
     workers: Optional[int] = None  # variants run at once (waves); default: the launcher's n_jobs, else 1
     stop_early: bool = True  # set false by the search for the runs that must see every item (evidence)
+    # The item order's seed; null: drawn once per eval set and output folder, kept, and recorded
+    # (sweep.json, each record, the report). Set it to replay a sweep's order (selector/sweep/order_seed.py).
+    seed: Optional[int] = None
 
 
 @dataclass

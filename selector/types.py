@@ -221,6 +221,7 @@ class SearchInfo(_Model):
     task: str = ""  # the task whose floor stopped it
     bound: float | None = None  # the anytime bound on that task's full-set score
     level: float | None = None  # its simultaneous confidence (1.0: certain)
+    order_seed: int | None = None  # the seed of the item order it was scored in (selector.sweep.order_seed)
 
 
 class RunRecord(_Model):

@@ -131,15 +131,28 @@ def search(records: list[RunRecord], context: dict[str, Any]) -> dict[str, Any] 
     table.note = ("Variants in the order the search took them (smallest planned weight memory first). A stopped "
                   "variant's floor was out of reach with probability at least 1 - alpha over the item order "
                   "(an anytime-valid bound); see docs/search.md.")
+    seed_line = order_seed_line(info.get("order_seed"), info.get("order_seed_source"))
     return {
         "table": table,
-        "notes": info.get("notes", []),
+        "notes": [*info.get("notes", []), *([seed_line] if seed_line else [])],
         "line": (f"{saved.get('variants_measured', 0):.0f} of {saved.get('variants', 0):.0f} variants measured, "
                  f"{saved.get('items_evaluated', 0):.0f} of {saved.get('grid_items', 0):.0f} items scored; the "
                  f"variants took {fmt.seconds(saved.get('spent_s'))} against about "
                  f"{fmt.seconds(saved.get('grid_estimate_s'))} for the full grid (an estimate from this sweep's "
                  "own timings)") if saved else "",
     }
+
+
+SEED_SOURCES = {"search.seed": "set by search.seed", "seed": "set by seed=",
+                "kept": "drawn by an earlier sweep of this eval set in this output folder, kept",
+                "drawn": "drawn for this sweep, kept for this eval set in this output folder"}
+
+
+def order_seed_line(seed: int | None, source: str | None) -> str:
+    """Where the item order came from, and how to replay it (selector.sweep.order_seed)."""
+    if seed is None:
+        return ""
+    return f"Item order: seed {seed} ({SEED_SOURCES.get(source or '', source or 'recorded')}); replay it with search.seed={seed}."
 
 
 def environment(records: list[RunRecord], context: dict[str, Any]) -> list[tuple[str, str]]:

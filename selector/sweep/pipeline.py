@@ -103,9 +103,9 @@ class VariantRun:
             # generated code runs here, and how well it is contained depends on this machine's kernel
             self.record.environment["code_sandbox"] = list(isolation())
         self._prepare_evaluation(tasks)
-        self.decision = evaluation.decide_from_store(self.stopper, evaluation.evaluation_orders(tasks, cfg.seed),
-                                                     {t.name: self.store.load(t.name) for t in tasks}, self.reference,
-                                                     cfg.search.round_size)
+        order = evaluation.evaluation_orders(tasks, evaluation.order_seed_of(cfg))
+        self.decision = evaluation.decide_from_store(self.stopper, order, {t.name: self.store.load(t.name) for t in tasks},
+                                                     self.reference, cfg.search.round_size)
         if self.decision is not None:  # the items already scored settle it: no model needs to load
             self._evaluate(None, tasks)
             return
@@ -255,7 +255,7 @@ class VariantRun:
                                    "and this sweep names no reference")
         store = evaluation.ItemStore(self.cfg.output_dir, self.reference_key)
         seen = {t.name: store.load(t.name) for t in tasks}
-        return evaluation.prefix_scores(evaluation.evaluation_orders(tasks, self.cfg.seed), seen)
+        return evaluation.prefix_scores(evaluation.evaluation_orders(tasks, evaluation.order_seed_of(self.cfg)), seen)
 
     def _evaluate(self, engine, tasks) -> None:  # type: ignore[no-untyped-def]
         """Score the items (reusing stored ones), in rounds when the search may stop early."""
@@ -271,7 +271,7 @@ class VariantRun:
                 return self._score_items(engine, task, ids, bar)
 
             round_size = cfg.search.round_size if self.stopper is not None else None
-            outcome = evaluation.run(tasks, self.store, score, seed=cfg.seed, round_size=round_size,
+            outcome = evaluation.run(tasks, self.store, score, seed=evaluation.order_seed_of(cfg), round_size=round_size,
                                      stopper=self.stopper, reference=self.reference, strategy=cfg.search.strategy)
         by_name = {t.name: t for t in tasks}
         with self.files.samples.open("w") as sink:

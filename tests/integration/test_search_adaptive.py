@@ -38,6 +38,10 @@ def test_pruning_and_the_evidence_wave(tiny_setup: dict[str, Path]) -> None:
     text = report.read_text()
     assert "## How the search went" in text and "| tiny/fp32 | not needed |" in text
     assert "evidence for tiny/int8" in text
+    state = json.loads(next((tiny_setup["out"] / "sweeps").glob("*/sweep.json")).read_text())
+    seed = state["order_seed"]  # drawn for this sweep, kept for the eval set, in every record and the report
+    assert state["order_seed_source"] == "drawn" and records["tiny/int8"]["search"]["order_seed"] == seed
+    assert f"replay it with search.seed={seed}" in text
     parents, children = mlflow_runs(tiny_setup["out"])
     assert sorted(c.info.run_name for c in children) == ["tiny/bf16", "tiny/int8"]  # nothing ran for fp32
     assert parents[0].data.metrics["sweep/not_needed"] == 1 and parents[0].data.tags["selector.search"] == "adaptive"
@@ -85,8 +89,8 @@ def test_a_variant_that_crashes_is_recorded_and_the_search_goes_on(tiny_setup: d
 def test_bad_search_settings_stop_before_anything_loads(tiny_setup: dict[str, Path]) -> None:
     cases = {
         "search=adaptiv": "Did you mean adaptive?",
-        "search.alpha=1.5": "field 'search.alpha' must be a probability strictly between 0 and 1",
-        "search.alpha=0": "field 'search.alpha' must be a probability strictly between 0 and 1",
+        "search.alpha=1.5": "field 'search.alpha' must be a probability strictly between 0 and 0.5",
+        "search.alpha=0": "field 'search.alpha' must be a probability strictly between 0 and 0.5",
         "search.complete=maybe": "cannot apply search.complete=maybe: Value 'maybe' is not a valid bool",
         "search.strategy=random": "field 'search.strategy' must be adaptive or grid",
     }

@@ -143,3 +143,24 @@ def test_the_grid_estimate_scales_a_stopped_evaluation_and_prices_a_pruned_varia
     # int4: 10 load + 20 x 100/20 evaluation + 20 (int8's fidelity and measure); int8: 130; bf16: int8's 130
     assert s["grid_estimate_s"] == pytest.approx(10 + 100 + 20 + 130 + 130)
     assert s["items_evaluated"] == 120 and s["grid_items"] == 300
+
+
+def test_the_item_order_seed_is_drawn_once_per_eval_set_and_folder_and_can_be_fixed(tmp_path: Path) -> None:
+    from selector.report.sections import order_seed_line
+    from selector.sweep import order_seed
+
+    first, how = order_seed.resolve(None, 0, False, tmp_path, "hash-a")
+    assert how == "drawn" and 0 <= first < 2**31
+    assert order_seed.resolve(None, 0, False, tmp_path, "hash-a") == (first, "kept")  # no second chance
+    other = {order_seed.resolve(None, 0, False, tmp_path / f"o{i}", "hash-a")[0] for i in range(5)}
+    assert len(other) > 1  # output folders draw independently
+    assert order_seed.resolve(7, 0, False, tmp_path, "hash-a") == (7, "search.seed")
+    assert order_seed.resolve(None, 3, True, tmp_path, "hash-a") == (3, "seed")
+    assert "replay it with search.seed=7" in order_seed_line(7, "search.seed")
+
+
+def test_a_run_records_the_order_seed_it_was_scored_in(tmp_path: Path) -> None:
+    tasks = [_task("arith", 24)]
+    out = evaluation.run(tasks, evaluation.ItemStore(tmp_path, "k9"), Answers({}), seed=12345, round_size=None)
+    assert out.info.order_seed == 12345
+    assert list(out.samples["arith"]) == evaluation.evaluation_orders(tasks, 12345)["arith"]
