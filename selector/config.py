@@ -197,6 +197,9 @@ class PolicyConfig:
     max_memory_gb: Optional[float] = None  # peak VRAM on CUDA, peak RSS on CPU
     latency_limits: dict[str, float] = field(default_factory=dict)  # e.g. {e2e_ms_p95@8: 2000}
     objective: str = "weight_memory"  # weight_memory | latency | cost
+    # none | fixed_sequence: test variants largest first, stop at the first that fails, recommend the
+    # smallest claimed: P(the winner misses a floor it claims) <= the level (selection/sequence.py)
+    winner_control: str = "none"
     price_per_hour: Optional[float] = None  # for objective=cost
     # The engine the winner will be served on (vllm, tgi, hf, ...). When latency decides the verdict
     # from figures of another engine, the report says so at the top: rankings flip between engines.

@@ -40,13 +40,14 @@ def sensitivity(
     reference: Evidence | None,
     objectives: dict[str, float | None],
     deltas: tuple[float, ...] = SENSITIVITY_DELTAS,
+    sequence: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The winner with each floor moved by each delta, then with all floors moved together."""
     floors = effective_floors(policy, tasks)
-    baseline = rank(evidence, policy, tasks, reference, objectives).winner
+    baseline = rank(evidence, policy, tasks, reference, objectives, sequence).winner
 
     def row(task: str, delta: float, moved: PolicyConfig, floor: float | None) -> dict[str, Any]:
-        winner = rank(evidence, moved, tasks, reference, objectives).winner
+        winner = rank(evidence, moved, tasks, reference, objectives, sequence).winner
         return {"task": task, "delta": delta, "floor": floor, "winner": winner,
                 "changed": winner != baseline}  # fmt: skip
 

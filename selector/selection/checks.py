@@ -33,6 +33,7 @@ def validate_policy(policy: PolicyConfig) -> None:
         ("rule", policy.rule, RULES),
         ("objective", policy.objective, OBJECTIVES),
         ("ci_method", policy.ci_method, CI_METHODS),
+        ("winner_control", policy.winner_control, ("none", "fixed_sequence")),
     ):
         if value not in allowed:
             raise bad(field, f"unknown value {value!r}; choose one of {', '.join(allowed)}")

@@ -15,6 +15,7 @@ from selector.selection.knobs import choose_settings
 from selector.selection.measures import e2e_p50_ms, weight_gb
 from selector.selection.precision import pick_baseline, pick_reference
 from selector.selection.ranking import Ranking, format_objective, objective_value, rank
+from selector.selection.sequence import ladder
 from selector.selection.summary import collect_warnings, rejection_reasons, write_summary
 from selector.types import RunRecord, Selection, TaskInterval, Verdict
 
@@ -42,9 +43,10 @@ def select(
     reference = evidence.get(reference_record.name) if reference_record else None
     tasks = sorted({task for ev in evidence.values() for task in ev.record.tasks})
     objectives = {name: objective_value(ev.record, policy) for name, ev in evidence.items()}
-    ranking = rank(evidence, policy, tasks, reference, objectives)
+    sequence = ladder(records)
+    ranking = rank(evidence, policy, tasks, reference, objectives, sequence)
     noise = _noise_floor(records, noise_floor)
-    sens = sensitivity(evidence, policy, tasks, reference, objectives)
+    sens = sensitivity(evidence, policy, tasks, reference, objectives, sequence=sequence)
     ref_name = reference.name if reference else None
     return Selection(
         policy=dataclasses.asdict(policy),

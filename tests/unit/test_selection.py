@@ -3,6 +3,7 @@ sensitivity, sample-size advice and warnings."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -617,3 +618,39 @@ def test_a_policy_alpha_outside_0_to_half_or_a_negative_margin_is_refused(policy
     with pytest.raises(ConfigError) as e:
         validate_policy(policy)
     assert e.value.field == field
+
+
+# ---- the winner's error: fixed sequence down the size ladder ----
+
+
+def test_fixed_sequence_claims_only_down_to_the_first_failure():
+    """medium/int8 passes its own floor but medium/bf16 above it does not: under fixed_sequence the
+    walk (large/bf16, large/int8, medium/bf16 ...) stops at medium/bf16, so large/int8 wins."""
+    records = [
+        record("large", "bf16", 1500, 3.0, {"t": (46, 48)}),
+        record("large", "int8", 1500, 1.7, {"t": (45, 48)}),
+        record("medium", "bf16", 270, 0.54, {"t": (30, 48)}),
+        record("medium", "int8", 270, 0.34, {"t": (40, 48)}),
+    ]
+    policy = PolicyConfig(rule="lower_bound", floors={"t": 0.7})
+    assert select(records, policy).winner == "medium/int8"  # each variant on its own test
+    s = select(records, dataclasses.replace(policy, winner_control="fixed_sequence"))
+    assert s.winner == "large/int8"
+    blocked = verdict(s, "medium/int8")
+    assert blocked.status == "rejected"
+    assert any("fixed sequence down the size ladder stopped at the larger medium/bf16" in r for r in blocked.reasons)
+
+
+def test_fixed_sequence_counts_an_early_stop_as_a_failure_and_skips_what_could_not_run():
+    from selector.selection.sequence import ladder, walk
+
+    records = [
+        record("large", "bf16", 1500, 3.0, {"t": (46, 48)}),
+        record("huge", "bf16", 9000, 18.0, status="skipped", reason="needs CUDA"),
+        record("medium", "bf16", 270, 0.54, status="stopped", reason="stopped early"),
+        record("small", "bf16", 135, 0.27, {"t": (46, 48)}),
+    ]
+    assert ladder(records) == ["large/bf16", "medium/bf16", "small/bf16"]
+    assert walk(ladder(records), {"large/bf16": True, "small/bf16": True}) == ({"large/bf16"}, "medium/bf16")
+    s = select(records, PolicyConfig(rule="lower_bound", floors={"t": 0.7}, winner_control="fixed_sequence"))
+    assert s.winner == "large/bf16"
