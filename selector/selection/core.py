@@ -46,7 +46,7 @@ def select(
     sequence = ladder(records)
     ranking = rank(evidence, policy, tasks, reference, objectives, sequence)
     noise = _noise_floor(records, noise_floor)
-    sens = sensitivity(evidence, policy, tasks, reference, objectives, sequence=sequence)
+    sens = sensitivity(evidence, policy, tasks, reference, objectives, sequence=sequence, records=records)
     ref_name = reference.name if reference else None
     return Selection(
         policy=dataclasses.asdict(policy),
@@ -56,7 +56,7 @@ def select(
         verdicts=_verdicts(records, evidence, ranking, policy),
         pareto=_pareto(evidence),
         sensitivity=sens,
-        sample_size=sample_size_advice(evidence, ranking, policy.confidence),
+        sample_size=sample_size_advice(evidence, ranking, policy.confidence, records=records),
         noise_floor=noise,
         warnings=warnings + collect_warnings(records, evidence, ranking, policy, reference, noise, sens),
         settings=choose_settings(records, policy),

@@ -654,3 +654,47 @@ def test_fixed_sequence_counts_an_early_stop_as_a_failure_and_skips_what_could_n
     assert walk(ladder(records), {"large/bf16": True, "small/bf16": True}) == ({"large/bf16"}, "medium/bf16")
     s = select(records, PolicyConfig(rule="lower_bound", floors={"t": 0.7}, winner_control="fixed_sequence"))
     assert s.winner == "large/bf16"
+
+
+# ---- after an adaptive search: what the analysis cannot know ----
+
+
+def _searched() -> list[RunRecord]:
+    """medium/int8 meets a 70% floor with 36/48; small/bf16 was stopped early; large/bf16 and
+    large/int8 were not needed (pruned); medium/bf16 ran in full as evidence."""
+    from selector.types import SearchInfo
+
+    return [
+        record("large", "bf16", 1500, None, status="not_needed", reason="not needed"),
+        record("large", "int8", 1500, None, status="not_needed", reason="not needed", bits=8),
+        record("medium", "bf16", 270, 0.54, {"t": (35, 48)}),
+        record("medium", "int8", 270, 0.34, {"t": (36, 48)}),
+        record("small", "bf16", 100, 0.2, status="stopped", reason="stopped early",
+               search=SearchInfo(strategy="adaptive", items_evaluated=24, items_total=48)),
+    ]
+
+
+def test_sensitivity_after_an_adaptive_search_says_what_it_cannot_know():
+    s = select(_searched(), PolicyConfig(floors={"t": 0.74}))
+    assert s.winner == "medium/int8"  # 36/48 = 75%
+    rows = {(r["task"], r["delta"]): r for r in s.sensitivity}
+    lower = rows[("t", -0.02)]
+    assert lower["winner"] is None and not lower["changed"]
+    assert "small/bf16 stopped early and might pass floors 2 points lower" in lower["note"]
+    higher = rows[("t", 0.02)]  # 76%: neither medium passes; large ones were never measured
+    assert higher["winner"] is None and "large/int8, large/bf16 not measured" in higher["note"]
+    assert not any(w.startswith("Fragile") for w in s.warnings)  # no false "the winner becomes none"
+    assert any(w.startswith("Sensitivity after an adaptive search") for w in s.warnings)
+    # the same variants all measured in full: the rows are known again
+    full = [r for r in _searched() if r.status == "completed"]
+    assert all("note" not in r for r in select(full, PolicyConfig(floors={"t": 0.74})).sensitivity)
+
+
+def test_sample_size_advice_says_when_the_runner_up_was_stopped_early():
+    """The variant just below the winner was stopped early: the advice against a smaller completed
+    one (tiny/bf16) would skip it, so it says it cannot be computed."""
+    winner, stopped = _searched()[3], _searched()[4]
+    tiny = record("tiny", "bf16", 50, 0.1, {"t": (10, 48)})
+    [row] = select([winner, stopped, tiny], PolicyConfig(floors={"t": 0.7})).sample_size
+    assert row["needed"] is None and "small/bf16, was stopped early after 24 of 48 items" in row["note"]
+    assert select([winner, tiny], PolicyConfig(floors={"t": 0.7})).sample_size[0]["versus"] == "tiny/bf16"
