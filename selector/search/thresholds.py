@@ -5,8 +5,9 @@ policy's rule?". Each rule is reduced to a threshold t on the full-set mean m_N 
 implies m_N >= t (a ceiling m_N <= t when lower is better):
 
 - point: the floor itself, with the selection's float tolerance (EPS).
-- lower_bound, Wilson: the full-set Wilson lower bound grows with m_N, so pass <=> m_N >= t with t
-  the least full-set mean whose bound clears the floor (k/N for 0/1 scores: exact).
+- lower_bound, Wilson (0/1 scores only: fractional scores get the bootstrap whatever ci_method
+  says, selector.stats.mean_interval): the full-set Wilson lower bound grows with m_N, so pass <=>
+  m_N >= t with t the least full-set mean whose bound clears the floor (k/N: exact).
 - lower_bound, bootstrap: no exact map; the percentile interval's low end lies below the point
   estimate (it does whenever more than alpha/2 of the resampled means do, around half of them on
   any realistic eval set), so m_N < floor already fails: t = floor (conservative).
@@ -62,8 +63,10 @@ def full_set_threshold(
     confidence: float = 0.95, ci_method: str = "wilson",
 ) -> float:  # fmt: skip
     """Threshold on the full-set mean for an accuracy floor under `rule` (see the module doc)."""
-    if rule == "lower_bound" and ci_method == "wilson":
+    if rule == "lower_bound" and ci_method == "wilson" and binary:
         return wilson_threshold(floor, n_total, confidence, higher_is_better, binary)
+    # Fractional scores are judged by the bootstrap whatever ci_method says (stats.mean_interval),
+    # so their lower_bound threshold is the bootstrap's: the floor (conservative, module doc).
     if rule in ("point", "lower_bound", "non_inferiority"):  # non_inferiority's floors are point checks
         return point_threshold(floor, n_total, higher_is_better, binary)
     raise ValueError(f"unknown rule {rule!r}")

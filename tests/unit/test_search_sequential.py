@@ -286,6 +286,10 @@ def test_fractional_and_bootstrap_thresholds_are_conservative():
     assert wilson_interval(t * 100, 100)[0] < 0.6 - EPS  # just below the boundary: never rejects a pass
     assert wilson_interval((t + 1e-6) * 100, 100)[0] >= 0.6 - EPS
     assert full_set_threshold("lower_bound", 0.6, 100, ci_method="bootstrap", binary=False) == 0.6 - EPS
+    # fractional scores are judged by the bootstrap whatever ci_method says, so their threshold is the
+    # bootstrap's: with Wilson's (t above) a fractional task that select() passes was rejected with
+    # certainty (benchmarks/verdict_edges.py: 100% at the boundary)
+    assert full_set_threshold("lower_bound", 0.6, 100, ci_method="wilson", binary=False) == 0.6 - EPS
 
 
 def test_unreachable_floor_is_rejected_with_certainty():
