@@ -13,9 +13,10 @@ its floors (80/70/60/50%); "fractional" makes extraction token-F1-like.
    the share of random item orders in which the stopper rejects it anyway (nominal: search.alpha
    = 5%).
 2. Coverage of every interval the decision uses, at n = 42 and 48: P(its lower end lies above
-   the true mean) for Wilson, the bootstrap (0/1 and fractional scores), and the paired intervals
-   (Tango + exact test for 0/1 scores, betting for fractional ones) at the non-inferiority margin
-   (nominal: (1 - confidence) / 2 = 2.5%).
+   the true mean) for Wilson and the bootstrap (exact over every count for 0/1 scores, simulated
+   for fractional ones), and P(non-inferiority is declared) at a true difference of exactly -5
+   points through the selection's own check (exact for 0/1 scores) (nominal: (1 - confidence) / 2
+   = 2.5%).
 3. The winner's error: a ladder of six variants around the floors, items drawn from known
    accuracies; P(the recommended variant truly misses a floor) under lower_bound, without and with
    `winner_control: fixed_sequence` (nominal: 2.5%), and what the sequence costs.
@@ -37,6 +38,7 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
+from scipy.special import gammaln, xlogy
 
 from benchmarks.common import RESULTS_DIR
 from benchmarks.tables import markdown_table
@@ -138,47 +140,68 @@ def false_rejection(rule: str, fractional: bool, draws: int, rng: np.random.Gene
     return {"rate": stopped / draws, "draws": draws, "means": {t: float(p.mean()) for t, p in pop.items()}}
 
 
+def _result(scores: np.ndarray, metric: str) -> TaskResult:
+    return TaskResult(task="t", metric=metric, value=float(np.mean(scores)), ci_low=0, ci_high=1, n=len(scores),
+                      item_scores={str(i): float(v) for i, v in enumerate(scores)})  # fmt: skip
+
+
 def interval_coverage(draws: int, rng: np.random.Generator) -> list[dict[str, object]]:
-    """P(the decision's lower end > the true mean), each interval through select()'s evidence."""
-    from selector.selection.evidence import paired_diff, task_interval
+    """P(the decision's lower end > the true mean), each interval through the selection's own
+    functions (evidence.task_interval, paired_diff and non_inferiority_check): exact over every
+    count for 0/1 scores, simulated for fractional ones."""
+    from scipy.stats import binom
+
+    from selector.selection.checks import non_inferiority_check
+    from selector.selection.evidence import Evidence, paired_diff, task_interval
+
+    from selector.selection.checks import CI_METHODS
 
     rows = []
     for n in (42, 48):
-        for p in (0.5, 0.7, 0.9):
-            for method in ("wilson", "bootstrap"):
-                above = 0
-                for _ in range(draws):
-                    s = (rng.random(n) < p).astype(float)
-                    r = TaskResult(task="t", metric="exact_match", value=s.mean(), ci_low=0, ci_high=1, n=n,
-                                   item_scores={str(i): v for i, v in enumerate(s)})  # fmt: skip
-                    above += task_interval(r, 0.95, method, 2000, 0).low > p
-                rows.append({"interval": f"{method}, 0/1 scores", "n": n, "truth": p, "above": above / draws})
+        for p in (0.5, 0.6, 0.7, 0.8, 0.9):
+            for method in CI_METHODS:  # exact (Clopper-Pearson) where the checkout has it
+                above = sum(binom.pmf(k, n, p) for k in range(n + 1)
+                            if task_interval(_result(np.r_[np.ones(k), np.zeros(n - k)], "exact_match"), 0.95, method,
+                                             2000, 0).low > p)  # fmt: skip
+                rows.append({"interval": f"{method}, 0/1 scores (exact)", "n": n, "truth": p, "above": float(above)})
         for mean in (0.6, 0.75):
-            above = 0
+            above = {"wilson": 0, "bootstrap": 0}
             for _ in range(draws):
-                s = np.where(rng.random(n) < 0.45, 1.0, rng.random(n)) * mean / (0.45 + 0.55 / 2)
-                r = TaskResult(task="t", metric="f1", value=s.mean(), ci_low=0, ci_high=1, n=n,
-                               item_scores={str(i): v for i, v in enumerate(np.clip(s, 0, 1))})  # fmt: skip
-                above += task_interval(r, 0.95, "wilson", 2000, 0).low > mean  # fractional: the bootstrap
-            rows.append({"interval": "bootstrap, fractional scores (any ci_method)", "n": n, "truth": mean,
-                         "above": above / draws})
-        for disc, metric in ((0.15, "exact_match"), (0.40, "exact_match"), (0.174, "f1")):
-            above = 0
-            for _ in range(draws):
-                if metric == "exact_match":
-                    g, c, _ = rng.multinomial(n, [(disc - 0.05) / 2, (disc + 0.05) / 2, 1 - disc])
+                s = np.clip(np.where(rng.random(n) < 0.45, 1.0, rng.random(n)) * mean / (0.45 + 0.55 / 2), 0, 1)
+                for method in above:
+                    above[method] += task_interval(_result(s, "f1"), 0.95, method, 2000, 0).low > mean
+            rows += [{"interval": f"{m}, fractional scores (simulated)", "n": n, "truth": mean, "above": a / draws}
+                     for m, a in above.items()]  # fmt: skip
+        # non-inferiority declared at a true difference of exactly -5 points: the decision itself
+        for disc in (0.15, 0.40):
+            p_g, p_l = (disc - 0.05) / 2, (disc + 0.05) / 2
+            declared = 0.0
+            for g in range(n + 1):
+                for c in range(n + 1 - g):
+                    prob = float(np.exp(gammaln(n + 1) - gammaln(g + 1) - gammaln(c + 1) - gammaln(n - g - c + 1)
+                                        + xlogy(g, p_g) + xlogy(c, p_l) + xlogy(n - g - c, 1 - disc)))  # fmt: skip
+                    if prob < 1e-9:
+                        continue
                     v, ref = np.r_[np.ones(g), np.zeros(c), np.ones(n - g - c)], np.r_[np.zeros(g), np.ones(c), np.ones(n - g - c)]
-                else:
-                    ref = np.where(rng.random(n) < 0.3, 1.0, np.where(rng.random(n) < 0.2, 0.0, rng.random(n)))
-                    v = np.where(rng.random(n) < disc, ref * rng.random(n), ref)  # mean drop 5 points
-                a = TaskResult(task="t", metric=metric, value=v.mean(), ci_low=0, ci_high=1, n=n,
-                               item_scores={str(i): x for i, x in enumerate(v)})  # fmt: skip
-                b = TaskResult(task="t", metric=metric, value=ref.mean(), ci_low=0, ci_high=1, n=n,
-                               item_scores={str(i): x for i, x in enumerate(ref)})  # fmt: skip
-                above += paired_diff(a, b, 0.95, 2000, 0).ci_low > -0.05
-            rows.append({"interval": f"paired difference, {'0/1' if metric == 'exact_match' else 'fractional'}, "
-                         f"{100 * disc:.0f}% changed", "n": n, "truth": -0.05, "above": above / draws})
+                    declared += prob * _declares(v, ref, "exact_match", paired_diff, non_inferiority_check, Evidence)
+            rows.append({"interval": f"non-inferiority declared, 0/1, {100 * disc:.0f}% discordant (exact)", "n": n,
+                         "truth": -0.05, "above": declared})
+        hits = 0
+        for _ in range(draws):
+            ref = np.where(rng.random(n) < 0.3, 1.0, np.where(rng.random(n) < 0.2, 0.0, rng.random(n)))
+            v = np.where(rng.random(n) < 0.174, ref * rng.random(n), ref)  # mean drop about 5 points
+            hits += _declares(v, ref, "f1", paired_diff, non_inferiority_check, Evidence)
+        rows.append({"interval": "non-inferiority declared, fractional (simulated)", "n": n, "truth": -0.05,
+                     "above": hits / draws})
     return rows
+
+
+def _declares(v, ref, metric, paired_diff, check, evidence) -> bool:  # type: ignore[no-untyped-def]
+    """select()'s non-inferiority check of v against ref, margin 5 points."""
+    diff = paired_diff(_result(v, metric), _result(ref, metric), 0.95, 2000, 0)
+    ev = evidence(RunRecord(key="v", variant=Variant(model="m", precision="int8"), status="completed",
+                            tasks={"t": _result(v, metric)}), paired={"t": diff})  # fmt: skip
+    return bool(check(ev, "t", 0.05, "m/bf16", 0.95).passed)
 
 
 # name, parameters, true arithmetic accuracy above (below) its floor; every other task sits 25 points

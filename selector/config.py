@@ -191,7 +191,7 @@ class PolicyConfig:
     margins: dict[str, float] = field(default_factory=dict)  # non_inferiority: allowed drop per task
     default_margin: float = 0.05
     confidence: float = 0.95
-    ci_method: str = "wilson"  # wilson | bootstrap
+    ci_method: str = "wilson"  # wilson | bootstrap | exact (Clopper-Pearson for 0/1 scores)
     weights: dict[str, float] = field(default_factory=dict)  # optional combined score
     max_weight_gb: Optional[float] = None
     max_memory_gb: Optional[float] = None  # peak VRAM on CUDA, peak RSS on CPU

@@ -18,7 +18,7 @@ from selector.types import Check
 
 RULES = ("point", "lower_bound", "non_inferiority")
 OBJECTIVES = ("weight_memory", "latency", "cost")
-CI_METHODS = ("wilson", "bootstrap")
+CI_METHODS = ("wilson", "bootstrap", "exact")
 WEIGHTED = "weighted"  # a floor under this name applies to the weighted mean score
 EPS = 1e-9  # 18/30 must meet a 0.6 floor despite float rounding
 

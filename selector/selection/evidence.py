@@ -71,7 +71,7 @@ def task_interval(
     by the one rule the evaluation and the report use too (selector.stats.mean_interval). Without
     per-item scores: Wilson for a 0/1 metric (the selection warns when ci_method=bootstrap asked for
     more), else the interval stored in the TaskResult."""
-    binary = is_binary(result)
+    binary = is_binary(result)  # without item scores only a 0/1 metric's interval can be rebuilt
     if result.item_scores:
         low, high, used = mean_interval(list(result.item_scores.values()), binary, confidence, method,
                                         n_resamples, seed)  # fmt: skip

@@ -62,7 +62,7 @@ def summarize(task: Task, item_scores: dict[str, float], confidence: float = 0.9
               ci_method: str = "wilson") -> TaskResult:
     """A task's result over the items scored so far (all of them, or the prefix an adaptive search
     evaluated): the mean with the interval the selection uses too (selector.stats.mean_interval:
-    Wilson or, with ci_method=bootstrap, the bootstrap for 0/1 scores; the bootstrap otherwise)."""
+    Wilson, or the bootstrap with ci_method=bootstrap)."""
     metric = get_metric(task.metric)
     values = list(item_scores.values())
     n = len(values)

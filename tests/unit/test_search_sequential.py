@@ -286,10 +286,8 @@ def test_fractional_and_bootstrap_thresholds_are_conservative():
     assert wilson_interval(t * 100, 100)[0] < 0.6 - EPS  # just below the boundary: never rejects a pass
     assert wilson_interval((t + 1e-6) * 100, 100)[0] >= 0.6 - EPS
     assert full_set_threshold("lower_bound", 0.6, 100, ci_method="bootstrap", binary=False) == 0.6 - EPS
-    # fractional scores are judged by the bootstrap whatever ci_method says, so their threshold is the
-    # bootstrap's: with Wilson's (t above) a fractional task that select() passes was rejected with
-    # certainty (benchmarks/verdict_edges.py: 100% at the boundary)
-    assert full_set_threshold("lower_bound", 0.6, 100, ci_method="wilson", binary=False) == 0.6 - EPS
+    # the selection judges a fractional mean by Wilson too under ci_method=wilson (stats.mean_interval)
+    assert full_set_threshold("lower_bound", 0.6, 100, ci_method="wilson", binary=False) == t
 
 
 def test_unreachable_floor_is_rejected_with_certainty():
@@ -341,3 +339,17 @@ def test_search_modules_import_no_framework():
             "print([m for m in ('hydra', 'omegaconf', 'mlflow', 'torch') if m in sys.modules])")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=".")
     assert out.stdout.strip() == "[]"
+
+
+def test_the_exact_ci_methods_threshold_is_where_the_selection_starts_passing():
+    from selector.selection.evidence import task_interval
+    from selector.types import TaskResult
+
+    t = full_set_threshold("lower_bound", 0.6, 48, ci_method="exact")
+    k = round(t * 48)
+    for count, passes in ((k, True), (k - 1, False)):
+        scores = {str(i): float(i < count) for i in range(48)}
+        result = TaskResult(task="t", metric="exact_match", value=count / 48, ci_low=0, ci_high=1, n=48,
+                            item_scores=scores)  # fmt: skip
+        assert (task_interval(result, 0.95, "exact", 10, 0).low >= 0.6 - EPS) is passes
+    assert t >= full_set_threshold("lower_bound", 0.6, 48, ci_method="wilson")  # exact: never the laxer (36/48 both here)

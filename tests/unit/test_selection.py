@@ -578,24 +578,26 @@ def _f1_record(model: str, precision: str, weight_gb: float, scores: list[float]
     return run_record(model, precision, [result], params=int(weight_gb * 1e9), memory=MemoryResult(weight_bytes=int(weight_gb * GB)))
 
 
-def test_a_fractional_metric_is_judged_by_the_bootstrap_even_under_wilson():
+def test_a_fractional_metric_gets_one_interval_in_the_decision_and_the_report():
     """ci_method=wilson used to give a fractional mean Wilson's interval in the decision while the
-    report showed the bootstrap's; now the decision, the verdict and the report share one."""
+    evaluation stored, and the report showed, the bootstrap's; now one rule (stats.mean_interval)
+    makes both, kept on the verdict, and the report shows the verdict's."""
     import numpy as np
 
     from selector.report import fmt
-    from selector.stats import bootstrap_interval
+    from selector.stats import bootstrap_interval, wilson_interval
 
     scores = list(np.round(np.linspace(0.35, 0.95, 48), 3))
-    rec = _f1_record("m", "bf16", 1.0, scores)
-    s = select([rec], PolicyConfig(rule="lower_bound", floors={"qa": 0.6}, ci_method="wilson"))
-    low, high = bootstrap_interval(scores, 0.95, 2000, 0)
-    interval = verdict(s, "m/bf16").intervals["qa"]
-    assert interval.method == "bootstrap" and (interval.low, interval.high) == pytest.approx((low, high))
-    check = next(c for c in verdict(s, "m/bf16").checks if c.name == "accuracy:qa")
-    assert check.value == pytest.approx(low)  # not Wilson's low end of 0.65 x 48
-    assert fmt.accuracy_ci(rec.tasks["qa"], verdict(s, "m/bf16")) == (
-        f"{100 * np.mean(scores):.1f}% [{100 * low:.1f}–{100 * high:.1f}]")  # the report shows the same
+    rec = _f1_record("m", "bf16", 1.0, scores)  # stored: the bootstrap's, as an older evaluation wrote it
+    for method, (low, high) in (("wilson", wilson_interval(sum(scores), 48, 0.95)),
+                                ("bootstrap", bootstrap_interval(scores, 0.95, 2000, 0))):
+        s = select([rec], PolicyConfig(rule="lower_bound", floors={"qa": 0.6}, ci_method=method))
+        interval = verdict(s, "m/bf16").intervals["qa"]
+        assert interval.method == method and (interval.low, interval.high) == pytest.approx((low, high))
+        check = next(c for c in verdict(s, "m/bf16").checks if c.name == "accuracy:qa")
+        assert check.value == pytest.approx(low)
+        assert fmt.accuracy_ci(rec.tasks["qa"], verdict(s, "m/bf16")) == (
+            f"{100 * np.mean(scores):.1f}% [{100 * low:.1f}–{100 * high:.1f}]")  # the report shows the same
 
 
 def test_fractional_paired_differences_get_no_mcnemar():

@@ -115,9 +115,30 @@ def test_holm_step_down():
 
 
 def test_one_interval_rule_per_metric():
-    """0/1 scores follow ci_method; fractional scores get the bootstrap even under wilson."""
+    """ci_method decides, for 0/1 and fractional scores alike (Wilson on sum / n)."""
     binary = [1.0] * 30 + [0.0] * 18
     assert mean_interval(binary, True, 0.95, "wilson")[:2] == pytest.approx(wilson_interval(30, 48, 0.95))
     assert mean_interval(binary, True, 0.95, "bootstrap")[2] == "bootstrap"
     f1 = list(np.linspace(0.1, 0.9, 48))
-    assert mean_interval(f1, False, 0.95, "wilson")[2] == "bootstrap"
+    low, high, method = mean_interval(f1, False, 0.95, "wilson")
+    assert method == "wilson" and (low, high) == pytest.approx(wilson_interval(sum(f1), 48, 0.95))
+    assert mean_interval(f1, False, 0.95, "bootstrap")[2] == "bootstrap"
+
+
+def test_ci_method_exact_keeps_its_level_where_wilson_does_not():
+    """n = 48, p = 0.5: Wilson's lower end lies above p with probability 2.97% (one-sided nominal
+    2.5%); Clopper-Pearson's stays under it at every p. Exact binomial sums."""
+    from scipy.stats import binom, binomtest
+
+    from selector.stats import clopper_pearson_interval
+
+    def above(interval, n: int, p: float) -> float:
+        return sum(binom.pmf(k, n, p) for k in range(n + 1) if interval(k, n, 0.95)[0] > p)
+
+    assert above(wilson_interval, 48, 0.5) == pytest.approx(0.0297, abs=1e-4)
+    for n in (42, 48):
+        for p in np.linspace(0.05, 0.95, 37):
+            assert above(clopper_pearson_interval, n, p) <= 0.025 + 1e-12
+    ci = binomtest(30, 48).proportion_ci(0.95, method="exact")
+    assert clopper_pearson_interval(30, 48) == pytest.approx((ci.low, ci.high))
+    assert mean_interval([1.0] * 30 + [0.0] * 18, True, 0.95, "exact")[2] == "exact"
