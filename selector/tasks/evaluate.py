@@ -24,6 +24,7 @@ def evaluate_task(
     confidence: float = 0.95,
     on_sample: Callable[[SampleRecord], None] | None = None,
     progress: Progress | None = None,
+    ci_method: str = "wilson",
 ) -> tuple[TaskResult, list[SampleRecord]]:
     """Score every item of `task`. The whole task goes to the engine in one call, so it batches;
     `progress` is called with the number of items just finished."""
@@ -55,7 +56,7 @@ def evaluate_task(
         if on_sample is not None:
             on_sample(record)
 
-    return summarize(task, {r.id: r.score for r in records}, confidence), records
+    return summarize(task, {r.id: r.score for r in records}, confidence, ci_method), records
 
 
 def summarize(task: Task, item_scores: dict[str, float], confidence: float = 0.95,
