@@ -99,3 +99,17 @@ def test_bad_search_settings_stop_before_anything_loads(tiny_setup: dict[str, Pa
         assert result.returncode == 2, (override, result.stderr[-1000:])
         assert expected in result.stderr and "Traceback" not in result.stderr, (override, result.stderr[-1000:])
     assert not (tiny_setup["out"] / "mlflow.db").exists()
+
+
+def test_fixed_sequence_runs_largest_first_and_leaves_out_what_falls_below_a_failure(tiny_setup: dict[str, Path]) -> None:
+    result = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16,int8", *TWO_TASKS, "evalset.limit=24",
+                          "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.6",
+                          "policy.winner_control=fixed_sequence")
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = _records(tiny_setup["out"])
+    # fp32, the largest, misses arithmetic (stopped early); nothing below it can be claimed, so nothing runs
+    assert {n: r["status"] for n, r in records.items()} == {
+        "tiny/fp32": "stopped", "tiny/bf16": "not_needed", "tiny/int8": "not_needed"}
+    assert "fixed sequence down the size ladder stopped at tiny/fp32" in records["tiny/int8"]["reason"]
+    state = json.loads(next((tiny_setup["out"] / "sweeps").glob("*/sweep.json")).read_text())
+    assert state["search"]["order"] == ["tiny/fp32", "tiny/bf16", "tiny/int8"]
