@@ -55,12 +55,15 @@ class Evidence:
 
 def is_binary(result: TaskResult) -> bool:
     """0/1 scores: what the metric declares; for a metric this install does not know (an imported
-    record), what its stored interval says (the evaluation gives Wilson only to 0/1 metrics)."""
+    record), whether every stored item score is 0 or 1 (without item scores: a stored Wilson)."""
+    from selector.registry import UnknownNameError
     from selector.tasks.metrics import METRICS
 
     try:
         return bool(METRICS.get(result.metric).binary)
-    except Exception:  # unknown metric name
+    except UnknownNameError:
+        if result.item_scores:
+            return all(s in (0.0, 1.0) for s in result.item_scores.values())
         return result.ci_method == "wilson"
 
 
