@@ -169,6 +169,9 @@ class SearchConfig:
     prune_margin: float = 0.05  # prune only variants planned this much (relative) above the best measured one
     workers: Optional[int] = None  # variants per wave; default: what the launcher runs at once (sweep/width.py)
     stop_early: bool = True  # set false by the search for the runs that must see every item (evidence)
+    # The item order's seed; null: drawn once per eval set and output folder, kept, and recorded
+    # (sweep.json, each record, the report). Set it to replay a sweep's order (selector/sweep/order_seed.py).
+    seed: Optional[int] = None
 
 
 @dataclass
@@ -188,12 +191,15 @@ class PolicyConfig:
     margins: dict[str, float] = field(default_factory=dict)  # non_inferiority: allowed drop per task
     default_margin: float = 0.05
     confidence: float = 0.95
-    ci_method: str = "wilson"  # wilson | bootstrap
+    ci_method: str = "wilson"  # wilson | bootstrap | exact (Clopper-Pearson for 0/1 scores)
     weights: dict[str, float] = field(default_factory=dict)  # optional combined score
     max_weight_gb: Optional[float] = None
     max_memory_gb: Optional[float] = None  # the serving peak: reserved VRAM on CUDA, RSS on CPU (docs/memory.md)
     latency_limits: dict[str, float] = field(default_factory=dict)  # e.g. {e2e_ms_p95@8: 2000}
     objective: str = "weight_memory"  # weight_memory | latency | cost
+    # none | fixed_sequence: test variants largest first, stop at the first that fails, recommend the
+    # smallest claimed: P(the winner misses a floor it claims) <= the level (selection/sequence.py)
+    winner_control: str = "none"
     price_per_hour: Optional[float] = None  # for objective=cost
     # The engine the winner will be served on (vllm, tgi, hf, ...). When latency decides the verdict
     # from figures of another engine, the report says so at the top: rankings flip between engines.
@@ -283,7 +289,7 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("measure.throughput.new_tokens", lambda v: v >= 1, "at least 1"),
     ("measure.noise_floor.repeats", lambda v: v >= 0, "0 or more"),
     ("search.strategy", lambda v: v in ("adaptive", "grid"), "adaptive or grid (search=adaptive|grid)"),
-    ("search.alpha", lambda v: 0 < v < 1, "a probability strictly between 0 and 1"),
+    ("search.alpha", lambda v: 0 < v < 0.5, "a probability strictly between 0 and 0.5"),
     ("search.round_size", lambda v: v >= 1, "at least 1 item"),
     ("search.prune_margin", lambda v: v >= 0, "0 or more (a fraction: 0.05 = 5%)"),
     ("search.workers", lambda v: v >= 1, "at least 1 (or null: as many as the launcher runs at once)"),

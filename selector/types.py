@@ -236,6 +236,7 @@ class SearchInfo(_Model):
     task: str = ""  # the task whose floor stopped it
     bound: float | None = None  # the anytime bound on that task's full-set score
     level: float | None = None  # its simultaneous confidence (1.0: certain)
+    order_seed: int | None = None  # the seed of the item order it was scored in (selector.sweep.order_seed)
 
 
 class RunRecord(_Model):
@@ -293,16 +294,31 @@ class Check(_Model):
 
 
 class PairedDiff(_Model):
-    """A variant minus the reference on the same items of one task."""
+    """A variant minus the reference on the same items of one task (selector.stats_paired)."""
 
     task: str
     diff: float
     ci_low: float
     ci_high: float
     n: int
-    flips_to_wrong: int  # reference right, variant wrong
+    flips_to_wrong: int  # reference right, variant wrong (fractional scores: at the 0.5 cut, for people)
     flips_to_right: int  # reference wrong, variant right
-    mcnemar_p: float
+    mcnemar_p: float | None = None  # 0/1 scores only
+    method: str = "bootstrap"  # the interval: tango (0/1 scores) | betting (fractional) | bootstrap (older records)
+    test: str = "mcnemar"  # the p-value's test: mcnemar (0/1) | wilcoxon (fractional, raw scores)
+    p_value: float | None = None  # that test's two-sided p (None in older records: mcnemar_p)
+
+    @property
+    def p(self) -> float | None:
+        return self.p_value if self.p_value is not None else self.mcnemar_p
+
+
+class TaskInterval(_Model):
+    """The one interval of a task's mean that the decision used (selector.stats.mean_interval)."""
+
+    low: float
+    high: float
+    method: str  # wilson | bootstrap | stored
 
 
 class Verdict(_Model):
@@ -317,6 +333,7 @@ class Verdict(_Model):
     # The same model at its baseline precision (bf16 by default): which answers quantization flipped.
     baseline: str | None = None
     baseline_paired: dict[str, PairedDiff] = Field(default_factory=dict)
+    intervals: dict[str, TaskInterval] = Field(default_factory=dict)  # task -> the decision's interval
 
 
 class SettingResult(_Model):

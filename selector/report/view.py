@@ -95,9 +95,10 @@ def _task_cell(result: TaskResult | None, verdict: Verdict | None, task: str) ->
     if result is None:
         return Cell(fmt.DASH, "num muted")
     check = next((c for c in verdict.checks if c.name == f"accuracy:{task}"), None) if verdict else None
+    shown = fmt.decided(result, verdict)
     if check is not None and not check.passed:
-        return Cell(fmt.accuracy_ci(result), "num below", check.detail or f"below {check.limit}")
-    return Cell(fmt.accuracy_ci(result), "num", f"n={result.n}, {result.metric}, {result.ci_method} CI")
+        return Cell(fmt.accuracy_ci(shown), "num below", check.detail or f"below {check.limit}")
+    return Cell(fmt.accuracy_ci(shown), "num", f"n={shown.n}, {shown.metric}, {shown.ci_method} CI")
 
 
 def _flips_cell(verdict: Verdict | None) -> Cell:
@@ -247,7 +248,7 @@ def key_numbers(record: RunRecord, reference: RunRecord | None, selection: Selec
         tiles.append({"label": "throughput", "value": f"{fmt.sig(tput[0])} tok/s", "sub": f"batch {tput[1]}"})
     for task in task_names([record], selection):
         result, floor = record.tasks[task], task_floor(selection, task)
-        value, ci = fmt.accuracy_ci(result).split(" ", 1)
+        value, ci = fmt.accuracy_ci(result, verdicts_by_variant(selection).get(record.name)).split(" ", 1)
         floor_text = f"\nfloor {fmt.pct(floor, 0)}" if floor is not None else ""
         tiles.append({"label": task, "value": value, "sub": f"95% CI {ci.strip('[]')}{floor_text}"})
     return tiles

@@ -32,7 +32,8 @@ def finish_sweep(base: Path, wall_s: float) -> None:
     context = report_context(cfg, state, base, wall_s)
     saved = savings(records, state) if adaptive else None
     if saved:
-        context["search"] = {**state["search"], "savings": saved}
+        context["search"] = {**state["search"], "savings": saved, "order_seed": state.get("order_seed"),
+                             "order_seed_source": state.get("order_seed_source")}
     from selector.report.samples import load_samples
 
     if cfg.compare_to:

@@ -99,9 +99,9 @@ class VariantRun:
             # generated code runs here, and how well it is contained depends on this machine's kernel
             self.record.environment["code_sandbox"] = list(isolation())
         self._prepare_evaluation(tasks)
-        self.decision = evaluation.decide_from_store(self.stopper, evaluation.evaluation_orders(tasks, cfg.seed),
-                                                     {t.name: self.store.load(t.name) for t in tasks}, self.reference,
-                                                     cfg.search.round_size)
+        order = evaluation.evaluation_orders(tasks, evaluation.order_seed_of(cfg))
+        self.decision = evaluation.decide_from_store(self.stopper, order, {t.name: self.store.load(t.name) for t in tasks},
+                                                     self.reference, cfg.search.round_size)
         if self.decision is not None:  # the items already scored settle it: no model needs to load
             self._evaluate(None, tasks)
             return
@@ -294,7 +294,7 @@ class VariantRun:
                                    "and this sweep names no reference")
         store = evaluation.ItemStore(self.cfg.output_dir, self.reference_key)
         seen = {t.name: store.load(t.name) for t in tasks}
-        return evaluation.prefix_scores(evaluation.evaluation_orders(tasks, self.cfg.seed), seen)
+        return evaluation.prefix_scores(evaluation.evaluation_orders(tasks, evaluation.order_seed_of(self.cfg)), seen)
 
     def _evaluate(self, engine, tasks) -> None:  # type: ignore[no-untyped-def]
         """Score the items (reusing stored ones), in rounds when the search may stop early."""
@@ -310,14 +310,15 @@ class VariantRun:
                 return self._score_items(engine, task, ids, bar)
 
             round_size = cfg.search.round_size if self.stopper is not None else None
-            outcome = evaluation.run(tasks, self.store, score, seed=cfg.seed, round_size=round_size,
+            outcome = evaluation.run(tasks, self.store, score, seed=evaluation.order_seed_of(cfg), round_size=round_size,
                                      stopper=self.stopper, reference=self.reference, strategy=cfg.search.strategy)
         by_name = {t.name: t for t in tasks}
         with self.files.samples.open("w") as sink:
             for name, samples in outcome.samples.items():
                 sink.write("".join(r.model_dump_json() + "\n" for r in samples.values()))
                 if samples:
-                    result = summarize(by_name[name], {i: r.score for i, r in samples.items()}, cfg.policy.confidence)
+                    result = summarize(by_name[name], {i: r.score for i, r in samples.items()}, cfg.policy.confidence,
+                                       cfg.policy.ci_method)
                     self.record.tasks[name] = result
                     log.info("%s %s: %.3f [%.3f, %.3f] n=%d", self.variant.name, name, result.value, result.ci_low,
                              result.ci_high, result.n)

@@ -154,3 +154,21 @@ def test_memory_columns_show_the_serving_peak_beside_plans_estimate_and_mark_old
     assert by_name["m/bf16"][col("plan est. GB (measured/plan)")].text == fmt.DASH
     tiles = {t["label"]: t for t in view.key_numbers(new, None, selection)}
     assert tiles["serving peak memory"]["value"] == "3.00 GB" and tiles["serving peak memory"]["sub"] == "serving peak (RSS)"
+
+
+def test_paired_table_flags_by_holm_over_the_whole_table() -> None:
+    """Two cells with raw p < 0.05 but only one survives Holm over the table's four tests."""
+    from selector.types import PairedDiff
+
+    def d(task: str, p: float, diff: float = -0.1) -> PairedDiff:
+        return PairedDiff(task=task, diff=diff, ci_low=diff - 0.05, ci_high=diff + 0.05, n=48, flips_to_wrong=5,
+                          flips_to_right=0, mcnemar_p=p, p_value=p)
+
+    records = [run_record("m", p, [task_result("a", [1.0, 0.0]), task_result("b", [1.0, 0.0])]) for p in ("int8", "int4")]
+    verdicts = [Verdict(variant="m/int8", status="eligible", paired={"a": d("a", 0.004), "b": d("b", 0.04)}),
+                Verdict(variant="m/int4", status="eligible", paired={"a": d("a", 0.5), "b": d("b", 0.9)})]
+    selection = Selection(policy={}, winner=None, reference="m/bf16", summary="", verdicts=verdicts)
+    table = sections.paired_table(records, selection)
+    marked = {(row[0].text, table.columns[i]) for row in table.rows for i, c in enumerate(row) if "below" in c.kind}
+    assert marked == {("m/int8", "a")}  # 0.004 x 4 = 0.016 < 0.05; 0.04 x 3 = 0.12 is not
+    assert "Holm 0.016" in table.rows[0][1].sub and "Holm-adjusted" in table.note
