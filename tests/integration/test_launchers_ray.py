@@ -1,5 +1,5 @@
-"""Variants as Ray tasks on a real Ray cluster this test starts on this machine (`ray start --head`,
-joined at the node IP Ray picks: Ray rewrites a 127.0.0.1 address to it), then the same two variants one after the other with Hydra's local launcher.
+"""Variants as Ray tasks on a real Ray cluster this test starts on this machine (`ray start --head`
+on 127.0.0.1 only), then the same two variants one after the other with Hydra's local launcher.
 
 The Ray workers start in a directory of their own and without the sweep's environment variable, as
 on a multi-node cluster: they find the parent MLflow run through sweep.json in the sweep folder.
@@ -26,14 +26,18 @@ import pytest
 
 from tests.tiny import build_tiny_llama, write_model_config
 
+# Ray 2.60 turns on token auth for `ray start` when ~/.ray/auth_token exists (any earlier local
+# ray.init() writes one), while a driver joining by address does not: the same explicit mode for both.
+# Ray replaces a loopback node address with the machine's own IP unless clusters are off
+# (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, its single-machine mode): then every process of the test's
+# cluster, this one included, talks over 127.0.0.1. Ray reads it when imported: set before that.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+os.environ.update(RAY_ENV)
 pytest.importorskip("ray")
 pytest.importorskip("hydra_plugins.hydra_ray_launcher")
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-# Ray 2.60 turns on token auth for `ray start` when ~/.ray/auth_token exists (any earlier local
-# ray.init() writes one), while a driver joining by address does not: the same explicit mode for both.
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 def free_port() -> int:
@@ -50,7 +54,7 @@ def ray_head(num_cpus: int = 2) -> Iterator[str]:
     temp = Path(tempfile.mkdtemp(prefix="ray"))
     log = temp / "head.log"
     env = {**os.environ, **RAY_ENV}
-    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head",
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--node-ip-address=127.0.0.1",
            f"--port={port}", f"--num-cpus={num_cpus}", "--num-gpus=0", "--include-dashboard=false",
            "--disable-usage-stats", f"--temp-dir={temp}", "--object-store-memory=100000000", "--block"]
     with log.open("w") as out:
@@ -61,9 +65,8 @@ def ray_head(num_cpus: int = 2) -> Iterator[str]:
             assert head.poll() is None, f"ray start exited with {head.returncode}:\n{log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"Ray did not start within 180 s:\n{log.read_text()[-3000:]}"
             time.sleep(1)
-        from ray.util import get_node_ip_address
-
-        yield f"{get_node_ip_address()}:{port}"
+        assert "Local node IP: 127.0.0.1" in re.sub(r"\x1b\[[0-9;]*m", "", log.read_text())
+        yield f"127.0.0.1:{port}"
     finally:
         for sig, wait in ((signal.SIGTERM, 120), (signal.SIGKILL, 30)):
             try:
