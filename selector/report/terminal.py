@@ -14,6 +14,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from selector.report import fmt
+from selector.selection.measures import PROCESS_PEAK, serving_peak
 from selector.report.view import (
     best_throughput, order_records, task_floor, task_names, verdict_status, verdicts_by_variant,
 )
@@ -42,6 +43,12 @@ def _first_reason(reasons: list[str]) -> Text:
     return Text((reasons[0] if reasons else "") + more, style="dim" if more else "")
 
 
+def _serving(record: RunRecord) -> Text:
+    """The serving peak the memory limit judges; an older record's process peak is marked *."""
+    peak, kind = serving_peak(record)
+    return Text(fmt.gigabytes(peak) + (" *" if kind == PROCESS_PEAK else ""))
+
+
 def render_terminal_summary(records: list[RunRecord], selection: Selection) -> RenderableType:
     """A panel with the recommendation and warnings, above a compact variant table."""
     tasks = task_names(records, selection)
@@ -54,7 +61,7 @@ def render_terminal_summary(records: list[RunRecord], selection: Selection) -> R
     table.add_column("verdict", no_wrap=True)
     for task in tasks:
         table.add_column(Text(task), justify="right", no_wrap=True)
-    for header in ("weight GB", "e2e p50 ms", "tok/s"):
+    for header in ("weight GB", "serving GB", "e2e p50 ms", "tok/s"):
         table.add_column(header, justify="right", no_wrap=True)
     table.add_column("why not chosen", min_width=16)
     for r in order_records(records):
@@ -69,6 +76,7 @@ def render_terminal_summary(records: list[RunRecord], selection: Selection) -> R
             Text(f" {status.replace('_', ' ')}{rank} ", style=VERDICT_STYLE.get(status, "")),
             *(_accuracy(r.tasks.get(t), verdict) for t in tasks),
             Text(fmt.gigabytes(r.memory.weight_bytes if r.memory else None)),
+            _serving(r),
             Text(fmt.millis(lat.e2e_ms.p50 if lat else None)),
             Text(fmt.sig(tput[0]) if tput else fmt.DASH),
             _first_reason(reasons),
