@@ -41,8 +41,10 @@ def build_tokenizer(out: Path, vocab_size: int = 512):  # type: ignore[no-untype
     return fast
 
 
-def build_tiny_llama(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
-    """A ~0.1M-parameter Llama with a trained tokenizer, saved to `out` (safetensors)."""
+def build_tiny_llama(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0, heads: int = 4) -> Path:
+    """A ~0.1M-parameter Llama with a trained tokenizer, saved to `out` (safetensors).
+    heads: attention heads (key/value heads: half as many); vLLM's CPU attention needs a head size
+    of 32 or more (build_vllm_llama)."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -50,7 +52,7 @@ def build_tiny_llama(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0
     tok = build_tokenizer(out)
     config = LlamaConfig(
         vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        num_attention_heads=heads, num_key_value_heads=max(1, heads // 2), max_position_embeddings=1024,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
         tie_word_embeddings=True,
     )
@@ -60,6 +62,12 @@ def build_tiny_llama(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0
                                                bos_token_id=tok.bos_token_id)
     model.save_pretrained(out, safe_serialization=True)
     return out
+
+
+def build_vllm_llama(out: Path) -> Path:
+    """The tiny Llama in a shape vLLM's CPU build serves and int4 group quantization (groups of
+    128 inputs) can pack: hidden 128 in 2 heads of 64. (~0.2M parameters.)"""
+    return build_tiny_llama(out, hidden=128, heads=2)
 
 
 def write_model_config(conf_dir: Path, name: str, model_dir: Path, prompt_style: str = "chat") -> Path:

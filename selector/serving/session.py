@@ -97,21 +97,29 @@ def chat_renderer(tokenizer_path: str | None) -> Callable[[Messages], str] | Non
 @contextmanager
 def served_engine(cfg: EngineConfig, *, model_path: str | None, dtype: str, log_dir: Path,
                   threads: int | None = None) -> Iterator[Served]:
-    """Start engine.server_command for this checkpoint, or attach to engine.base_url.
+    """Start vLLM (engine.server=vllm) or engine.server_command for this checkpoint, or attach to
+    engine.base_url.
 
     threads: CPU threads for a server the harness starts (OMP_NUM_THREADS), as the top-level
     `threads` setting gives the in-process engine, so both run on the same footing."""
     key = api_key(cfg)
-    if cfg.server_command:
+    if cfg.server_command or cfg.server == "vllm":
         if not model_path:
             raise ConfigError("engine", field="server_command", problem="needs a checkpoint folder to serve")
         port = free_port()
         served_model = cfg.served_model or model_path
-        values = {"model_path": model_path, "port": port, "host": LOOPBACK, "dtype": dtype,
-                  "served_model": served_model}
-        argv = render_command(cfg.server_command, values)
-        root = f"http://{LOOPBACK}:{port}"
         env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+        if cfg.server == "vllm":
+            from selector.serving import vllm
+
+            argv = vllm.command(cfg, vllm.python_for(cfg.vllm), model_path=model_path, host=LOOPBACK, port=port,
+                                dtype=dtype, served_model=served_model)
+            env.update(vllm.environment(cfg.vllm, threads))
+        else:
+            values = {"model_path": model_path, "port": port, "host": LOOPBACK, "dtype": dtype,
+                      "served_model": served_model}
+            argv = render_command(cfg.server_command, values)
+        root = f"http://{LOOPBACK}:{port}"
         with ServerProcess(argv, root, Path(log_dir) / "server.log", cfg.ready_timeout_s, cfg.stop_timeout_s,
                            env=env) as server:
             engine = _engine(cfg, root + "/v1", served_model, key, model_path)
