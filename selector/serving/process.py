@@ -38,6 +38,10 @@ class ServerStartError(RuntimeError):
     """The server exited, or did not answer in time; the message ends with its log's last lines."""
 
 
+class ServerDiedError(RuntimeError):
+    """The server exited while it was being measured; the message ends with its log's last lines."""
+
+
 def free_port() -> int:
     """A TCP port nobody listens on right now (the kernel picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -205,6 +209,12 @@ class ServerProcess:
             _still_running(spawned, timeout_s=5.0)  # signals arrive asynchronously
         self.pgid_file.unlink(missing_ok=True)
         log.info("stopped server pid %d (exit status %s)", pgid, self.proc.returncode)
+
+    def check_alive(self, during: str) -> None:
+        """ServerDiedError if the server has exited (with its status and its log's last lines)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise ServerDiedError(f"the server exited with status {self.proc.returncode} during {during}"
+                                  f"{self._log_tail()}")
 
     def _log_tail(self, lines: int = 25) -> str:
         try:

@@ -226,6 +226,11 @@ class VariantRun:
                 self.record.perf = PerfResult(device=device)
                 if cfg.measure.load.enabled:
                     self.record.perf.load = run_server_load(served, tasks, cfg)
+                    if served.server is not None:  # its levels stay in the record; the variant fails
+                        failed = [lv for lv in self.record.perf.load if lv.errors]
+                        at = f"the load test (first failed level: {_level_name(failed[0])}, {failed[0].errors} of " \
+                             f"{failed[0].requests} requests failed)" if failed else "the load test"
+                        served.server.check_alive(at)
 
     def _evaluate_in_process(self, loaded, tasks):  # type: ignore[no-untyped-def]
         """Every item through transformers in-process (engine=hf's defaults), for the comparison
@@ -376,6 +381,10 @@ def _calibration_texts(cfg: SelectorConfig, tasks: list) -> list[str]:  # type: 
     from selector.precisions.calibration import calibration_texts
 
     return calibration_texts(cfg.calibration, tasks)
+
+
+def _level_name(level) -> str:  # type: ignore[no-untyped-def]
+    return f"c={level.concurrency}" if level.concurrency is not None else f"{level.rate_rps:g} req/s"
 
 
 def _one_line(e: BaseException) -> str:
