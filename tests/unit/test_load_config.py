@@ -77,3 +77,31 @@ def test_vllm_log_says_which_kernel_served_the_weights(tmp_path) -> None:
                                   "schemes": ["CompressedTensorsWNA16"], "packed": True}
     log.write_text("Initializing a V1 LLM engine (v0.32.0) with config: model='m', quantization=None, x=1\n")
     assert served_kernel(log) == {"quantization": None, "kernels": [], "schemes": [], "packed": None}
+
+
+def test_served_and_in_process_answers_compared_per_task() -> None:
+    from selector.sweep.agreement import accuracy_engine, compare
+    from selector.types import SampleRecord
+
+    def sample(task: str, i: int, output: str, score: float) -> SampleRecord:
+        return SampleRecord(task=task, id=f"{task}-{i}", prompt="p", output=output, target="t", score=score)
+
+    local = [sample("arith", 1, "42", 1.0), sample("arith", 2, "7", 0.0), sample("mc", 1, "positive", 1.0)]
+    served = [sample("arith", 1, " 42\n", 1.0), sample("arith", 2, "8", 1.0), sample("mc", 1, "positive", 1.0),
+              sample("mc", 2, "negative", 0.0)]  # mc-2: scored only through the server, not compared
+    got = compare(served, local)
+    assert {t: (a.n, a.differ) for t, a in got.items()} == {"arith": (2, 1), "mc": (1, 0)}  # whitespace is no difference
+    assert got["arith"].in_process_value == 0.5 and got["arith"].served_value == 1.0
+    assert got["arith"].examples == [{"id": "arith-2", "target": "t", "in_process": "7", "served": "8",
+                                      "in_process_score": 0.0, "served_score": 1.0}]
+    assert accuracy_engine(None) == accuracy_engine("vllm") == "served"
+    assert accuracy_engine("hf") == accuracy_engine("Transformers") == "in_process"
+
+
+def test_latency_from_engine_vllm_is_named_vllm() -> None:
+    from selector.selection.summary import measuring_engine
+    from tests.factories import run_record
+
+    record = run_record("m", "bf16")
+    record.config = {"engine": {"kind": "openai", "server": "vllm", "server_command": None}}
+    assert measuring_engine(record) == "vllm"
