@@ -133,3 +133,26 @@ def test_a_missing_program_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no-such-server-program"):
         with ServerProcess(argv, "http://127.0.0.1:1", tmp_path / "server.log"):
             pass
+
+
+def test_a_port_taken_before_the_server_binds_it_gets_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from selector.serving import session
+
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    with socket.socket() as taken:
+        taken.bind((LOOPBACK, 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        ports = iter([busy, free_port()])  # the first pick is taken by someone else by the time it binds
+        monkeypatch.setattr(session, "free_port", lambda: next(ports))
+        server = session.start_on_free_port(
+            lambda port: [sys.executable, str(script), str(port), LOOPBACK, "plain", str(tmp_path / "child.pid")],
+            tmp_path / "server.log", 30, 5, env=dict(__import__("os").environ))
+        try:
+            assert server.alive() and not server.root_url.endswith(f":{busy}")
+        finally:
+            server.stop()
+    assert "Address already in use" in (tmp_path / "server.log").read_text()  # the first try's log is kept
