@@ -102,6 +102,8 @@ def test_vllm_serves_each_setting_evaluates_load_tests_and_stops(setup: dict[str
             assert lv["prefill_ms"]["mean"] + lv["decode_ms"]["mean"] == pytest.approx(lv["compute_ms"]["mean"],
                                                                                        rel=0.02, abs=0.5)
             assert lv["queue_ms"]["p50"] <= 2 * lv["queue_ms"]["mean"] + 1e-9  # held under the mean's bound
+            assert lv["output_tokens_per_s"] * lv["duration_s"] == pytest.approx(6 * 8, rel=0.01)  # 8 tokens each
+            assert lv["decode_ms"]["mean"] > 0 and lv["itl_ms"]["n"] > 0  # so vLLM decoded them
         c2 = levels[1]
         running[seqs] = c2["compute_ms"]["mean"] * c2["compute_ms"]["n"] / 1e3 / c2["duration_s"]
     # --max-num-seqs 1 lets one request compute at a time: at concurrency 2 the mean number
@@ -144,6 +146,13 @@ def server_tree(job: Path, timeout: float = 300) -> list[psutil.Process]:
 
 
 # No vLLM needed: both are caught before any server could start.
+@pytest.mark.parametrize("override, message", [
+    ("engine.vllm.python=/nonexistent/bin/python",
+     "engine.vllm.python: vLLM is not installed (engine.vllm.python=/nonexistent/bin/python cannot import vllm); "
+     "install it with: make vllm"),
+    ("measure.load.max_batch_size=4", "field 'measure.load.max_batch_size' max_batch_size belongs to the in-process "
+                                      "batcher (engine=hf); vLLM batches requests itself"),
+])
 def test_vllm_misconfigured_stops_before_anything_loads(setup: dict[str, Path], override: str, message: str) -> None:
     result = run_selector(setup, *COMMON, "precision=bf16", "measure=load-quick", override, timeout=300)
     assert result.returncode == 2 and "Traceback" not in result.stderr
