@@ -62,7 +62,7 @@ def test_vllm_serves_each_setting_evaluates_load_tests_and_stops(setup: dict[str
         assert skipped["status"] == "skipped" and skipped["reason"].startswith("not servable on vLLM: precision=int8")
         assert not (sweep / f"tinyv/int8/max_num_seqs={seqs}/server.log").exists()
 
-    running = {}
+    running, queued = {}, {}
     for seqs in (1, 4):
         job = sweep / f"tinyv/bf16/max_num_seqs={seqs}"
         record = json.loads((job / "record.json").read_text())
@@ -106,9 +106,12 @@ def test_vllm_serves_each_setting_evaluates_load_tests_and_stops(setup: dict[str
             assert lv["decode_ms"]["mean"] > 0 and lv["itl_ms"]["n"] > 0  # so vLLM decoded them
         c2 = levels[1]
         running[seqs] = c2["compute_ms"]["mean"] * c2["compute_ms"]["n"] / 1e3 / c2["duration_s"]
+        queued[seqs] = c2["queue_ms"]["mean"]
     # --max-num-seqs 1 lets one request compute at a time: at concurrency 2 the mean number
-    # computing (Little's law over the level) cannot exceed 1.
+    # computing (Little's law over the level) cannot exceed 1, and the second request in flight
+    # waits in vLLM's queue (measured: 12.9 ms mean against 0.03 ms with --max-num-seqs 4).
     assert running[1] <= 1.0 + 1e-6, running
+    assert queued[1] > queued[4], queued
 
     report = (sweep / "report" / "report.md").read_text()
     assert "## Served vs in-process answers" in report and "| vLLM /metrics |" in report
