@@ -74,6 +74,42 @@ def has_vllm(python: str) -> bool:
     return done.returncode == 0
 
 
+# Flags the harness sets itself from the variant (engine.vllm.args may not set them again).
+HARNESS_FLAGS = ("--model", "--host", "--port", "--served-model-name", "--dtype")
+
+
+def arg_flags(cfg: VllmConfig) -> list[str]:
+    return [str(a).split("=", 1)[0] for a in cfg.args if str(a).startswith("--")]
+
+
+def check_harness_flags(cfg: VllmConfig) -> None:
+    """engine.vllm.args may not set what the harness sets per variant."""
+    taken = [f for f in arg_flags(cfg) if f in HARNESS_FLAGS]
+    if taken:
+        raise ConfigError("engine.vllm.args", problem=f"{', '.join(taken)} is set by the harness for each variant "
+                                                      f"(its checkpoint, a free loopback port, the precision's dtype)")
+
+
+def check_args(cfg: VllmConfig, python: str) -> None:
+    """A flag in engine.vllm.args that this vLLM does not have (or one the harness sets) stops the
+    sweep now, not each variant when its server exits at start. Asks vLLM's own --help, which
+    imports vLLM (~10-30 s), so only when there are args to check."""
+    flags = arg_flags(cfg)
+    if not flags:
+        return
+    known = known_flags(python)
+    unknown = [f for f in flags if f not in known]
+    if unknown:
+        raise ConfigError("engine.vllm.args", problem=(
+            f"vLLM has no flag {', '.join(unknown)} (the flags it has: {python} -m {ENTRY} --help=all)"))
+
+
+@functools.lru_cache(maxsize=4)
+def known_flags(python: str) -> frozenset[str]:
+    done = subprocess.run([python, "-m", ENTRY, "--help=all"], capture_output=True, text=True, timeout=300)
+    return frozenset(re.findall(r"--[a-z0-9][a-z0-9-]*", done.stdout))
+
+
 def command(cfg: EngineConfig, python: str, *, model_path: str, host: str, port: int, dtype: str,
             served_model: str) -> list[str]:
     v = cfg.vllm

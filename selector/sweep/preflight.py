@@ -209,9 +209,11 @@ def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
         raise ConfigError(f"conf/engine/{choices.get('engine', 'openai')}.yaml", "engine.base_url",
                           "engine=openai needs base_url (attach to a running server) or server_command (start one per variant)")
     if cfg.engine.server == "vllm":
-        from selector.serving.vllm import python_for
+        from selector.serving.vllm import check_args, check_harness_flags, python_for
 
-        python_for(cfg.engine.vllm)  # vLLM not installed: one line naming the install command, now
+        check_harness_flags(cfg.engine.vllm)
+        python = python_for(cfg.engine.vllm)  # vLLM not installed: one line naming the install command, now
+        check_args(cfg.engine.vllm, python)  # a flag this vLLM does not have, now
     if cfg.measure.load.enabled:
         from selector.measure.load import check_slo, levels_of
 

@@ -148,13 +148,16 @@ def server_tree(job: Path, timeout: float = 300) -> list[psutil.Process]:
     raise AssertionError(f"no vLLM server with its engine in {job}")
 
 
-# No vLLM needed: both are caught before any server could start.
+# Caught before any server could start (only the last case asks vLLM itself).
 @pytest.mark.parametrize("override, message", [
     ("engine.vllm.python=/nonexistent/bin/python",
      "engine.vllm.python: vLLM is not installed (engine.vllm.python=/nonexistent/bin/python cannot import vllm); "
      "install it with: make vllm"),
     ("measure.load.max_batch_size=4", "field 'measure.load.max_batch_size' max_batch_size belongs to the in-process "
                                       "batcher (engine=hf); vLLM batches requests itself"),
+    ("engine.vllm.args=[--port,'9']", "engine.vllm.args: --port is set by the harness for each variant"),
+    pytest.param("engine.vllm.args=[--max-num-seq,'4']", "engine.vllm.args: vLLM has no flag --max-num-seq (",
+                 marks=pytest.mark.vllm),  # asks the installed vLLM which flags it has
 ])
 def test_vllm_misconfigured_stops_before_anything_loads(setup: dict[str, Path], override: str, message: str) -> None:
     result = run_selector(setup, *COMMON, "precision=bf16", "measure=load-quick", override, timeout=300)
