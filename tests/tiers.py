@@ -19,6 +19,19 @@ QUANT_BY_BACKEND: dict[str, tuple[str, ...]] = {
 QUANT_MODULES = tuple(dict.fromkeys(m for modules in QUANT_BY_BACKEND.values() for m in modules))
 
 
+def missing_vllm() -> str | None:
+    """Why a real vLLM server cannot start here (the one line selector itself prints), or None."""
+    from selector.config import VllmConfig
+    from selector.errors import ConfigError
+    from selector.serving.vllm import python_for
+
+    try:
+        python_for(VllmConfig())
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
 def missing_quant(*modules: str) -> list[str]:
     """Those of `modules` (default: the whole extra) that are not installed."""
     return [m for m in modules or QUANT_MODULES if importlib.util.find_spec(m) is None]

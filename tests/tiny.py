@@ -41,8 +41,14 @@ def build_tokenizer(out: Path, vocab_size: int = 512):  # type: ignore[no-untype
     return fast
 
 
-def build_tiny_llama(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
-    """A ~0.1M-parameter Llama with a trained tokenizer, saved to `out` (safetensors)."""
+def build_tiny_llama(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0, heads: int = 4,
+                     talkative: bool = False) -> Path:
+    """A ~0.1M-parameter Llama with a trained tokenizer, saved to `out` (safetensors).
+    heads: attention heads (key/value heads: half as many); vLLM's CPU attention needs a head size
+    of 32 or more (build_vllm_llama).
+    talkative: zero the (tied) embedding rows of end-of-sequence and of every token holding a
+    newline, so their logits are 0 where the random model's greedy choice was a newline (which the
+    tasks' stop sequences cut at once): it then generates every token a request allows."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -50,16 +56,27 @@ def build_tiny_llama(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0
     tok = build_tokenizer(out)
     config = LlamaConfig(
         vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        num_attention_heads=heads, num_key_value_heads=max(1, heads // 2), max_position_embeddings=1024,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
         tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
+    if talkative:
+        quiet = [i for i in range(len(tok)) if "\n" in tok.decode([i])] + [tok.eos_token_id]
+        with torch.no_grad():
+            model.model.embed_tokens.weight[quiet] = 0.0
     model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                                                bos_token_id=tok.bos_token_id)
     model.save_pretrained(out, safe_serialization=True)
     return out
+
+
+def build_vllm_llama(out: Path) -> Path:
+    """The tiny Llama in a shape vLLM's CPU build serves and int4 group quantization (groups of
+    128 inputs) can pack: hidden 128 in 2 heads of 64 (~0.2M parameters); talkative, so a load
+    test's requests decode every token they ask for."""
+    return build_tiny_llama(out, hidden=128, heads=2, talkative=True)
 
 
 def write_model_config(conf_dir: Path, name: str, model_dir: Path, prompt_style: str = "chat") -> Path:

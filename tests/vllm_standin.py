@@ -1,4 +1,6 @@
-"""A stand-in for `vllm serve`, for tests on machines without a GPU. It is NOT vLLM.
+"""A stand-in for `vllm serve`. It is NOT vLLM: the tests of the happy paths run real vLLM
+(tests/integration/test_vllm_engine.py); this is kept for faults a real server cannot be made to
+produce on demand (--die-after-streams: exit mid load test; --malformed-metrics).
 
 It answers the parts of vLLM's OpenAI-compatible server that selector uses, in vLLM's shapes, with
 a transformers model on CPU: GET /health, GET /v1/models, POST /v1/completions (with `echo` and
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -233,7 +236,20 @@ class Server:
         return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
 
 
-def build_app(server: Server) -> Any:
+@dataclass
+class Faults:
+    """What a real vLLM cannot be made to do on demand, for the fault tests."""
+
+    die_after_streams: int | None = None  # exit the process when this many streamed requests were taken
+    malformed_metrics: bool = False  # /metrics answers text that is not Prometheus exposition
+    streams: int = 0
+
+
+MALFORMED_METRICS = 'vllm:request_queue_time_seconds_bucket{le="0.3" model_name=\n garbage 1 2 3\n'
+
+
+def build_app(server: Server, faults: Faults | None = None) -> Any:
+    faults = faults or Faults()
     app = FastAPI()
 
     def log(endpoint: str, body: dict[str, Any]) -> None:
@@ -255,6 +271,11 @@ def build_app(server: Server) -> Any:
     def stream(run: Run, body: dict[str, Any], base: dict[str, Any], choice: Any) -> StreamingResponse:
         """Server-sent events: one chunk per piece of text, the finish reason, the usage, [DONE].
         The model runs in the response's worker thread, so waiting for it never blocks the server."""
+        faults.streams += 1
+        if faults.die_after_streams is not None and faults.streams > faults.die_after_streams:
+            print(f"vllm stand-in: dying as asked, at streamed request {faults.streams}", flush=True)
+            os._exit(3)
+
         def lines() -> Iterator[str]:
             for piece in server.run(run, *options(body)):
                 yield f"data: {json.dumps({**base, 'choices': [choice(piece, None)]})}\n\n"
@@ -274,7 +295,8 @@ def build_app(server: Server) -> Any:
 
     @app.get("/metrics")
     def metrics() -> Response:
-        return Response(server.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        text = MALFORMED_METRICS if faults.malformed_metrics else server.metrics.text()
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
@@ -339,13 +361,16 @@ def main(argv: list[str]) -> int:
     serve.add_argument("--served-model-name", default=None)
     serve.add_argument("--max-logprobs", type=int, default=20)
     serve.add_argument("--disable-uvicorn-access-log", action="store_true")
+    serve.add_argument("--die-after-streams", type=int, default=None)  # a fault: see Faults
+    serve.add_argument("--malformed-metrics", action="store_true")  # a fault: see Faults
     args = parser.parse_args(argv)
 
     import uvicorn
 
     server = Server(args.model, args.dtype, args.served_model_name or args.model, args.max_logprobs)
     print(f"vllm stand-in: serving {args.model} as {server.served} on {args.host}:{args.port}", flush=True)
-    uvicorn.run(build_app(server), host=args.host, port=args.port, log_level="warning",
+    faults = Faults(die_after_streams=args.die_after_streams, malformed_metrics=args.malformed_metrics)
+    uvicorn.run(build_app(server, faults), host=args.host, port=args.port, log_level="warning",
                 access_log=not args.disable_uvicorn_access_log)
     return 0
 

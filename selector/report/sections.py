@@ -92,6 +92,25 @@ def noise_table(noise_floor: dict[str, float]) -> Table | None:
     return table
 
 
+def agreement_table(records: list[RunRecord]) -> Table | None:
+    """Per variant and task evaluated both in-process and through its server: how many answers
+    differ, both accuracies, and a few of the differing items."""
+    rows = [(r, task, a) for r in records for task, a in sorted(r.agreement.items())]
+    if not rows:
+        return None
+    table = Table(columns=["variant", "task", "items", "answers differ", "in-process", "served", "examples"])
+    for r, task, a in rows:
+        decides = (r.config or {}).get("accuracy_engine", "served")
+        examples = "; ".join(f"{e['id']}: {e['in_process']!r} vs {e['served']!r}" for e in a.examples)
+        table.rows.append([Cell(r.name), Cell(task), Cell(str(a.n), "num"), Cell(str(a.differ), "num"),
+                           Cell(fmt.pct(a.in_process_value) + (" *" if decides == "in_process" else ""), "num"),
+                           Cell(fmt.pct(a.served_value) + (" *" if decides == "served" else ""), "num"),
+                           Cell(examples or "—", "muted" if not examples else "")])
+    table.note = ("* the accuracy the verdict uses: the served engine's, unless policy.deploy_engine=hf "
+                  "(transformers in-process). Examples: item id: in-process answer vs served answer.")
+    return table
+
+
 def failures(records: list[RunRecord]) -> list[dict[str, str]]:
     """Failed and skipped variants, with what happened and where."""
     out = []

@@ -219,6 +219,8 @@ def measuring_engine(record: RunRecord) -> str | None:
     engine = (record.config or {}).get("engine") or {}
     if engine.get("kind", "hf") == "hf":
         return "hf"
+    if engine.get("server") == "vllm":
+        return "vllm"
     command = str(engine.get("server_command") or "").split()
     return Path(command[0]).name.lower() if command else None
 
@@ -239,5 +241,5 @@ def engine_mismatch(records: list[RunRecord], policy: PolicyConfig) -> list[str]
     engines = ", ".join(shown.get(e, e) for e in other)
     return [f"Latency decides this verdict ({' and '.join(decides)}) from figures measured on {engines}, but "
             f"policy.deploy_engine={deploy}: rankings flip between engines (in transformers, 4-bit AWQ decodes "
-            f"slower than bf16; in vLLM, faster). Measure the candidates on {deploy} (engine=openai-vllm, or "
+            f"slower than bf16; in vLLM, faster). Measure the candidates on {deploy} (engine=vllm, or "
             "engine=openai with its server) before trusting the latency ranking."]

@@ -6,8 +6,9 @@ record. A sweep that varies a knob labels each variant with its setting
 ("smollm2-135m/bf16 [max_batch_size=8]") and gives it its own job folder
 (`smollm2-135m/bf16/max_batch_size=8`); a sweep that varies none keeps the plain names.
 
-Only the in-process engine's dynamic batcher has these knobs: a server batches requests itself,
-so asking for them with engine=openai stops the sweep before anything loads.
+Each knob belongs to one engine: the in-process batcher's to engine=hf, vLLM's scheduler limits to
+engine=vllm (the harness passes them as flags to the server it starts). A knob asked of an engine
+that does not have it stops the sweep before anything loads.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from selector.types import setting_label
 KNOBS = {  # dotted config key -> the short name a setting shows
     "measure.load.max_batch_size": "max_batch_size",
     "measure.load.max_queue_delay_ms": "max_queue_delay_ms",
+    "engine.vllm.max_num_seqs": "max_num_seqs",
+    "engine.vllm.max_num_batched_tokens": "max_num_batched_tokens",
 }
+HF_KNOBS = ("measure.load.max_batch_size", "measure.load.max_queue_delay_ms")
+VLLM_KNOBS = ("engine.vllm.max_num_seqs", "engine.vllm.max_num_batched_tokens")
 BY_SHORT = {short: dotted for dotted, short in KNOBS.items()}
 RESOLVER = "selector.setting_subdir"
 
@@ -52,21 +57,37 @@ def setting_dir(setting: dict[str, Any]) -> str:
     return setting_label(setting).replace(", ", ",")
 
 
+def engine_name(cfg: Any) -> str:
+    return "vllm" if cfg.engine.server == "vllm" else cfg.engine.kind
+
+
 def check_engine_knobs(cfg: Any, given: Iterable[str], swept: Iterable[str]) -> None:
     """A knob set on the command line (or swept) that the variant's engine does not have stops the
     sweep now, naming the knob and what to do instead."""
-    if cfg.engine.kind != "openai":
-        return
-    asked = [dotted for dotted, short in KNOBS.items() if dotted in set(given) or short in set(swept)]
+    engine = engine_name(cfg)
+    owned = {"hf": HF_KNOBS, "vllm": VLLM_KNOBS}.get(engine, ())
+    given, swept = set(given), set(swept)
+    asked = [dotted for dotted, short in KNOBS.items()
+             if (dotted in given or short in swept) and dotted not in owned]
     if not asked:
         return
+    names = " and ".join(KNOBS[k] for k in asked)
+    if engine == "hf":
+        raise ConfigError("command line", asked[0], (
+            f"{names} {'is a flag' if len(asked) == 1 else 'are flags'} of vLLM's server (engine=vllm); the "
+            "in-process engine (engine=hf) batches with measure.load.max_batch_size and max_queue_delay_ms"))
+    if engine == "vllm":
+        raise ConfigError("command line", asked[0], (
+            f"{names} {'belongs' if len(asked) == 1 else 'belong'} to the in-process batcher (engine=hf); vLLM "
+            "batches requests itself: sweep engine.vllm.max_num_seqs or engine.vllm.max_num_batched_tokens, "
+            "or drop this override"))
     where = ("an attached server (engine.base_url), whose batching is set where it was started"
              if not cfg.engine.server_command else "a server the harness starts (engine.server_command), "
              "which batches requests itself")
     raise ConfigError("command line", asked[0], (
-        f"engine=openai load-tests {where}; {' and '.join(KNOBS[k] for k in asked)} "
-        f"{'belongs' if len(asked) == 1 else 'belong'} to the in-process batcher "
-        "(engine=hf). Set the server's own batching in its command (vLLM --max-num-seqs, TGI --max-batch-size), "
+        f"engine=openai load-tests {where}; {names} {'belongs' if len(asked) == 1 else 'belong'} to "
+        f"{'vLLM started by the harness (engine=vllm)' if asked[0] in VLLM_KNOBS else 'the in-process batcher (engine=hf)'}. "
+        "Set the server's own batching in its command (vLLM --max-num-seqs, TGI --max-batch-size), "
         "or drop this override"))
 
 

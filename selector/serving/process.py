@@ -31,10 +31,15 @@ log = logging.getLogger("selector.serving.process")
 
 LOOPBACK = "127.0.0.1"
 PLACEHOLDERS = ("model_path", "port", "host", "dtype", "served_model")
+INTERRUPTED_GRACE_S = 3.0
 
 
 class ServerStartError(RuntimeError):
     """The server exited, or did not answer in time; the message ends with its log's last lines."""
+
+
+class ServerDiedError(RuntimeError):
+    """The server exited while it was being measured; the message ends with its log's last lines."""
 
 
 def free_port() -> int:
@@ -100,13 +105,19 @@ class ServerProcess:
         try:
             self.wait_ready()
             self.check_loopback_only()
-        except BaseException:
-            self.stop()
+        except BaseException as e:
+            self.stop(interrupted=not isinstance(e, Exception))
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.stop(interrupted=exc_type is not None and not issubclass(exc_type, Exception))
+
+    @property
+    def pgid_file(self) -> Path:
+        """Names the server's process group while it runs, so the sweep can kill the group if the
+        worker dies without stopping it (reap_servers)."""
+        return self.log_path.with_suffix(".pgid")
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,6 +131,7 @@ class ServerProcess:
                 )
             except OSError as e:
                 raise ConfigError("engine.server_command", problem=f"cannot start {self.argv[0]!r}: {e}") from None
+        self.pgid_file.write_text(str(self.proc.pid))
         log.info("started server pid %d: %s (log: %s)", self.proc.pid, shlex.join(self.argv), self.log_path)
 
     def wait_ready(self) -> None:
@@ -170,18 +182,22 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self) -> None:
-        """SIGTERM the whole process group; SIGKILL whatever is left after stop_timeout_s."""
+    def stop(self, interrupted: bool = False) -> None:
+        """SIGTERM the whole process group; SIGKILL whatever is left after stop_timeout_s.
+        interrupted (Ctrl-C, the sweep stopping the worker): a grace of INTERRUPTED_GRACE_S only,
+        inside the time the sweep gives the worker before it kills it (vLLM still starting up
+        can take longer than that to act on SIGTERM)."""
         if self.proc is None:
             return
         pgid = self.proc.pid  # the leader of its own session: its pid is the group id
         spawned = [p for p in self.processes() if p.pid != pgid]  # found while still attached to the leader
-        deadline = time.monotonic() + self.stop_timeout_s
+        grace = min(self.stop_timeout_s, INTERRUPTED_GRACE_S) if interrupted else self.stop_timeout_s
+        deadline = time.monotonic() + grace
         signal_group(pgid, signal.SIGTERM)
         try:
-            self.proc.wait(timeout=self.stop_timeout_s)
+            self.proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            log.warning("server pid %d ignored SIGTERM for %.0f s", pgid, self.stop_timeout_s)
+            log.warning("server pid %d ignored SIGTERM for %.0f s", pgid, grace)
         # Its workers get the rest of the grace period to finish on their own.
         left = _still_running(spawned, timeout_s=max(0.5, deadline - time.monotonic()))
         if self.proc.poll() is None or left:
@@ -191,7 +207,14 @@ class ServerProcess:
                     p.kill()
             self.proc.wait(timeout=10)
             _still_running(spawned, timeout_s=5.0)  # signals arrive asynchronously
+        self.pgid_file.unlink(missing_ok=True)
         log.info("stopped server pid %d (exit status %s)", pgid, self.proc.returncode)
+
+    def check_alive(self, during: str) -> None:
+        """ServerDiedError if the server has exited (with its status and its log's last lines)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise ServerDiedError(f"the server exited with status {self.proc.returncode} during {during}"
+                                  f"{self._log_tail()}")
 
     def _log_tail(self, lines: int = 25) -> str:
         try:
@@ -199,6 +222,20 @@ class ServerProcess:
         except OSError:
             return ""
         return f"; last lines of {self.log_path}:\n" + "\n".join(tail) if tail else ""
+
+
+def reap_servers(job_dir: Path) -> list[int]:
+    """SIGKILL the process group of every server a worker left running in job_dir (its *.pgid
+    files): the worker was killed, or died, before it could stop them. Returns the groups killed."""
+    killed = []
+    for f in Path(job_dir).glob("*.pgid"):
+        with contextlib.suppress(ValueError, OSError):
+            pgid = int(f.read_text().strip())
+            if signal_group(pgid, signal.SIGKILL):
+                killed.append(pgid)
+                log.warning("killed server process group %d, left running by the variant's worker", pgid)
+        f.unlink(missing_ok=True)
+    return killed
 
 
 def _still_running(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:

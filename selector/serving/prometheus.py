@@ -3,8 +3,9 @@
 vLLM and TGI keep histograms of how long each request waited in their queue and how long it
 computed. Scraping before and after a load level and subtracting gives the histogram of just that
 level's requests; percentiles are then interpolated within buckets, as Prometheus'
-`histogram_quantile` does (so they are as fine as the server's bucket edges, no finer). Servers
-without these metrics (or without `/metrics`) simply give nothing.
+`histogram_quantile` does (so they are as fine as the server's bucket edges, no finer), and held
+under the bound the exact mean gives (see `quantile`). Servers without these metrics (or without
+`/metrics`) simply give nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ log = logging.getLogger("selector.serving.prometheus")
 # Histogram names in seconds, first match wins.
 QUEUE_HISTOGRAMS = ("vllm:request_queue_time_seconds", "tgi_request_queue_duration")
 COMPUTE_HISTOGRAMS = ("vllm:request_inference_time_seconds", "tgi_request_inference_duration")
+PREFILL_HISTOGRAMS = ("vllm:request_prefill_time_seconds",)
+DECODE_HISTOGRAMS = ("vllm:request_decode_time_seconds",)
+SPLIT_HISTOGRAMS = (("queue_ms", QUEUE_HISTOGRAMS), ("compute_ms", COMPUTE_HISTOGRAMS),
+                    ("prefill_ms", PREFILL_HISTOGRAMS), ("decode_ms", DECODE_HISTOGRAMS))
 SERVERS = {"vllm:": "vllm", "tgi_": "tgi"}  # name prefix -> the server it tells
 
 
@@ -62,7 +67,16 @@ def parse_histograms(text: str) -> dict[str, Histogram]:
 
 
 def quantile(h: Histogram, q: float) -> float:
-    """Linear interpolation inside the bucket that holds rank q*count (histogram_quantile)."""
+    """Linear interpolation inside the bucket that holds rank q*count (histogram_quantile), held
+    at or under mean/(1-q). vLLM's request-time buckets start at 0.3 s, so a level of 5 ms requests
+    would otherwise read p50 = 150 ms; durations are never negative, so at least a share 1-q of them
+    being >= the q-quantile x gives (1-q)*x <= mean (Markov's inequality): the bound is exact
+    arithmetic on the exact sum, not a guess."""
+    bound = h.total / h.count / (1 - q) if h.count > 0 and q < 1 else math.inf
+    return min(_interpolated(h, q), bound)
+
+
+def _interpolated(h: Histogram, q: float) -> float:
     rank = q * h.count
     lower, below = 0.0, 0.0
     for le, cum in h.buckets:
@@ -99,11 +113,12 @@ async def scrape(client: Any, url: str) -> dict[str, Histogram] | None:
 
 
 def level_split(before: dict[str, Histogram] | None, after: dict[str, Histogram] | None) -> dict[str, Percentiles]:
-    """queue_ms / compute_ms percentiles for the requests a load level added to the server's histograms."""
+    """queue_ms / compute_ms (and vLLM's prefill_ms / decode_ms) percentiles for the requests a load
+    level added to the server's histograms."""
     if not after:
         return {}
     out = {}
-    for field, names in (("queue_ms", QUEUE_HISTOGRAMS), ("compute_ms", COMPUTE_HISTOGRAMS)):
+    for field, names in SPLIT_HISTOGRAMS:
         now = first_present(after, names)
         if now is None:
             continue

@@ -24,7 +24,7 @@ from selector.config import EngineConfig, PrecisionConfig
 from selector.engines.base import Messages
 from selector.engines.openai import OpenAIEngine
 from selector.errors import ConfigError, UnavailableError
-from selector.serving.process import LOOPBACK, ServerProcess, free_port, render_command
+from selector.serving.process import LOOPBACK, ServerProcess, ServerStartError, free_port, render_command
 
 log = logging.getLogger("selector.serving.session")
 
@@ -97,25 +97,39 @@ def chat_renderer(tokenizer_path: str | None) -> Callable[[Messages], str] | Non
 @contextmanager
 def served_engine(cfg: EngineConfig, *, model_path: str | None, dtype: str, log_dir: Path,
                   threads: int | None = None) -> Iterator[Served]:
-    """Start engine.server_command for this checkpoint, or attach to engine.base_url.
+    """Start vLLM (engine.server=vllm) or engine.server_command for this checkpoint, or attach to
+    engine.base_url.
 
     threads: CPU threads for a server the harness starts (OMP_NUM_THREADS), as the top-level
     `threads` setting gives the in-process engine, so both run on the same footing."""
     key = api_key(cfg)
-    if cfg.server_command:
+    if cfg.server_command or cfg.server == "vllm":
         if not model_path:
             raise ConfigError("engine", field="server_command", problem="needs a checkpoint folder to serve")
-        port = free_port()
         served_model = cfg.served_model or model_path
-        values = {"model_path": model_path, "port": port, "host": LOOPBACK, "dtype": dtype,
-                  "served_model": served_model}
-        argv = render_command(cfg.server_command, values)
-        root = f"http://{LOOPBACK}:{port}"
         env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
-        with ServerProcess(argv, root, Path(log_dir) / "server.log", cfg.ready_timeout_s, cfg.stop_timeout_s,
-                           env=env) as server:
-            engine = _engine(cfg, root + "/v1", served_model, key, model_path)
-            yield Served(engine, server)
+        python = None
+        if cfg.server == "vllm":
+            from selector.serving import vllm
+
+            python = vllm.python_for(cfg.vllm)
+            env.update(vllm.environment(cfg.vllm, threads))
+
+        def argv_for(port: int) -> list[str]:
+            if python is not None:
+                return vllm.command(cfg, python, model_path=model_path, host=LOOPBACK, port=port, dtype=dtype,
+                                    served_model=served_model)
+            return render_command(cfg.server_command, {"model_path": model_path, "port": port, "host": LOOPBACK,
+                                                       "dtype": dtype, "served_model": served_model})
+
+        server = start_on_free_port(argv_for, Path(log_dir) / "server.log", cfg.ready_timeout_s, cfg.stop_timeout_s,
+                                    env)
+        try:
+            yield Served(_engine(cfg, server.root_url + "/v1", served_model, key, model_path), server)
+        except BaseException as e:
+            server.stop(interrupted=not isinstance(e, Exception))
+            raise
+        server.stop()
         return
     if not cfg.base_url:
         raise ConfigError("engine", field="base_url",
@@ -123,6 +137,27 @@ def served_engine(cfg: EngineConfig, *, model_path: str | None, dtype: str, log_
     log.warning("engine=openai attached to %s: the harness cannot check that it serves %s", cfg.base_url, model_path)
     engine = _engine(cfg, cfg.base_url, cfg.served_model or _first_model(cfg.base_url, key), key, model_path)
     yield Served(engine, None)
+
+
+PORT_TRIES = 3
+
+
+def start_on_free_port(argv_for: Callable[[int], list[str]], log_path: Path, ready_timeout_s: float,
+                       stop_timeout_s: float, env: dict[str, str]) -> ServerProcess:
+    """A started, ready server on a free loopback port. The port is free when picked but another
+    process can take it before the server binds it: then the server fails with 'Address already in
+    use' and another port is tried."""
+    for attempt in range(1, PORT_TRIES + 1):
+        port = free_port()
+        server = ServerProcess(argv_for(port), f"http://{LOOPBACK}:{port}", log_path, ready_timeout_s, stop_timeout_s,
+                               env=env)
+        try:
+            return server.__enter__()  # stops the server itself if it fails
+        except ServerStartError as e:
+            if "address already in use" not in str(e).lower() or attempt == PORT_TRIES:
+                raise
+            log.warning("port %d was taken before the server bound it; trying another", port)
+    raise AssertionError("unreachable")
 
 
 def _engine(cfg: EngineConfig, base_url: str, model: str | None, key: str | None,

@@ -218,24 +218,73 @@ class VariantRun:
                 self._fidelity(loaded, tasks)
         self.meter = None  # what serves it is the server: its processes' peak, read below
         self._measure_memory(resolved, loaded, device)
+        in_process = None
+        if cfg.engine.compare_in_process:
+            with self.timed("evaluate_in_process"):
+                in_process = self._evaluate_in_process(loaded, tasks)
         release_model(loaded)
         with ExitStack() as server:  # stopped on the way out, whatever happens inside
             with self.timed("load"):  # the server loads the checkpoint
+                t0 = time.perf_counter()
                 served = server.enter_context(served_engine(
                     cfg.engine, model_path=checkpoint, dtype=cfg.precision.dtype, log_dir=self.files.dir,
                     threads=cfg.threads))
+                if cfg.engine.server == "vllm":
+                    from selector.serving.vllm import serving_info
+
+                    self.record.serving = serving_info(served.server, time.perf_counter() - t0)
             try:
                 with self.timed("evaluate"):
                     self._evaluate(served.engine, tasks)
+                if in_process is not None:
+                    self._compare_engines(*in_process)
                 if self.decision is not None:
                     return
                 with self.timed("measure"):
                     self.record.perf = PerfResult(device=device)
                     if cfg.measure.load.enabled:
                         self.record.perf.load = run_server_load(served, tasks, cfg)
+                        if served.server is not None:  # its levels stay in the record; the variant fails
+                            failed = [lv for lv in self.record.perf.load if lv.errors]
+                            at = (f"the load test (first failed level: {_level_name(failed[0])}, "
+                                  f"{failed[0].errors} of {failed[0].requests} requests failed)"
+                                  if failed else "the load test")
+                            served.server.check_alive(at)
             finally:
                 if self.record.memory is not None:
                     self.record.memory.serving = server_peak(served.processes())
+
+    def _evaluate_in_process(self, loaded, tasks):  # type: ignore[no-untyped-def]
+        """Every item through transformers in-process (engine=hf's defaults), for the comparison
+        with the served answers; its samples are kept beside the served ones."""
+        from selector.engines.hf import HFEngine
+        from selector.tasks import evaluate_task
+
+        engine = HFEngine(loaded.model, loaded.tokenizer, 8, self.cfg.engine.max_batch_tokens)
+        results, samples = {}, []
+        for task in tasks:
+            results[task.name], got = evaluate_task(engine, task, model_name=self.cfg.model.name,
+                                                    model_prompt_style=self.cfg.model.prompt_style,
+                                                    confidence=self.cfg.policy.confidence)
+            samples += got
+        (self.files.dir / "samples.in_process.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in samples))
+        return results, samples
+
+    def _compare_engines(self, results, samples) -> None:  # type: ignore[no-untyped-def]
+        """record.agreement, and the in-process accuracy in record.tasks when the policy deploys on
+        transformers (policy.deploy_engine=hf): the verdict uses the engine people will run."""
+        from selector.sweep.agreement import accuracy_engine, compare
+        from selector.types import SampleRecord
+
+        served = [SampleRecord.model_validate_json(line) for line in self.files.samples.read_text().splitlines() if line]
+        self.record.agreement = compare(served, samples)
+        decides = accuracy_engine(self.cfg.policy.deploy_engine)
+        self.record.config["accuracy_engine"] = decides
+        if decides == "in_process":
+            self.record.tasks = {name: results[name] for name in self.record.tasks if name in results}
+        for task, a in self.record.agreement.items():
+            log.info("%s %s: %d of %d answers differ between in-process and served (%s decides)",
+                     self.variant.name, task, a.differ, a.n, decides)
 
     def _measure_memory(self, resolved, loaded, device: str) -> None:  # type: ignore[no-untyped-def]
         from selector.measure.memory import measure_memory
@@ -375,6 +424,10 @@ def _import_runtime(backend) -> None:  # type: ignore[no-untyped-def]
     for name in ("transformers.models.auto.modeling_auto", backend.library):
         if name:
             importlib.import_module(name)
+
+
+def _level_name(level) -> str:  # type: ignore[no-untyped-def]
+    return f"c={level.concurrency}" if level.concurrency is not None else f"{level.rate_rps:g} req/s"
 
 
 def _one_line(e: BaseException) -> str:

@@ -205,9 +205,15 @@ def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
     from selector.engines.fast import compile_setting
 
     compile_setting(cfg.engine.compile)  # a typo stops the sweep now, not each variant after its evaluation
-    if cfg.engine.kind == "openai" and not (cfg.engine.base_url or cfg.engine.server_command):
+    if cfg.engine.kind == "openai" and not (cfg.engine.base_url or cfg.engine.server_command or cfg.engine.server):
         raise ConfigError(f"conf/engine/{choices.get('engine', 'openai')}.yaml", "engine.base_url",
                           "engine=openai needs base_url (attach to a running server) or server_command (start one per variant)")
+    if cfg.engine.server == "vllm":
+        from selector.serving.vllm import check_args, check_harness_flags, python_for
+
+        check_harness_flags(cfg.engine.vllm)
+        python = python_for(cfg.engine.vllm)  # vLLM not installed: one line naming the install command, now
+        check_args(cfg.engine.vllm, python)  # a flag this vLLM does not have, now
     if cfg.measure.load.enabled:
         from selector.measure.load import check_slo, levels_of
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from selector.config import SelectorConfig, to_dict
+from selector.serving.process import reap_servers
 from selector.processes import die_with_parent, stop_group
 from selector.sweep.jobfiles import Job, JobFiles, bare_record
 from selector.types import ErrorInfo, RunRecord
@@ -65,6 +66,7 @@ def run_variant(cfg: SelectorConfig, key: str, job_dir: Path, extra_config: dict
         raise
     finally:
         tee.join(timeout=10)
+        reap_servers(files.dir)  # a model server the worker started and could not stop
     if files.record.exists() and not timed_out and proc.returncode == 0:
         record = RunRecord.load(files.record)
     else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import faulthandler
 import logging
 import resource
+import signal
 import sys
 from pathlib import Path
 
@@ -24,6 +25,17 @@ def limit_memory(gb: float | None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
+def interrupt_on_sigterm() -> None:
+    """The sweep stops a worker with SIGTERM (Ctrl-C, its time limit): raise KeyboardInterrupt
+    instead of dying at once, so the variant's cleanup runs (above all: stopping a model server it
+    started, which lives in a process group of its own) and its record says where it stopped."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def main(argv: list[str]) -> int:
     from selector.compose import config_from_dict
     from selector.logs import setup_logging
@@ -31,6 +43,7 @@ def main(argv: list[str]) -> int:
     from selector.sweep.pipeline import VariantRun
 
     setup_logging()
+    interrupt_on_sigterm()
     faulthandler.enable()  # a segfault prints the Python stack to stderr (captured into worker.log)
     job = read_job(Path(argv[0]))
     cfg = config_from_dict(job.config)

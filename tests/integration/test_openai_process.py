@@ -73,6 +73,35 @@ def test_a_server_that_ignores_sigterm_is_killed(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 5
 
 
+def test_interrupted_it_gets_a_short_grace_then_sigkill(tmp_path: Path) -> None:
+    # Ctrl-C or the sweep stopping the worker: the worker has seconds, not stop_timeout_s.
+    server, pid_file = start(tmp_path, mode="stubborn", stop_timeout_s=60.0)
+    with pytest.raises(KeyboardInterrupt):
+        with server:
+            child = int(pid_file.read_text())
+            t0 = time.monotonic()
+            raise KeyboardInterrupt
+    assert gone(server.pid) and gone(child) and time.monotonic() - t0 < 10
+    assert not server.pgid_file.exists()
+
+
+def test_a_server_its_worker_left_behind_is_reaped(tmp_path: Path) -> None:
+    from selector.serving.process import reap_servers
+
+    server, pid_file = start(tmp_path, mode="stubborn")
+    server.start()  # started, never stopped: as when the worker that started it is killed
+    server.wait_ready()
+    child = int(pid_file.read_text())
+    assert server.pgid_file.read_text() == str(server.pid)
+    assert reap_servers(tmp_path) == [server.pid]
+    assert server.proc is not None and server.proc.wait(timeout=10) == -9
+    deadline = time.monotonic() + 5
+    while not gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(child) and not server.pgid_file.exists()
+    assert reap_servers(tmp_path) == []
+
+
 def test_a_server_listening_beyond_loopback_is_refused_and_stopped(tmp_path: Path) -> None:
     server, pid_file = start(tmp_path, host="0.0.0.0")
     with pytest.raises(ConfigError, match="loopback"):
@@ -104,3 +133,26 @@ def test_a_missing_program_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no-such-server-program"):
         with ServerProcess(argv, "http://127.0.0.1:1", tmp_path / "server.log"):
             pass
+
+
+def test_a_port_taken_before_the_server_binds_it_gets_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from selector.serving import session
+
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    with socket.socket() as taken:
+        taken.bind((LOOPBACK, 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        ports = iter([busy, free_port()])  # the first pick is taken by someone else by the time it binds
+        monkeypatch.setattr(session, "free_port", lambda: next(ports))
+        server = session.start_on_free_port(
+            lambda port: [sys.executable, str(script), str(port), LOOPBACK, "plain", str(tmp_path / "child.pid")],
+            tmp_path / "server.log", 30, 5, env=dict(__import__("os").environ))
+        try:
+            assert server.alive() and not server.root_url.endswith(f":{busy}")
+        finally:
+            server.stop()
+    assert "Address already in use" in (tmp_path / "server.log").read_text()  # the first try's log is kept

