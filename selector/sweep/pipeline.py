@@ -183,6 +183,10 @@ class VariantRun:
                 from selector.measure.load import run_inprocess_load
 
                 perf.load = run_inprocess_load(loaded.model, loaded.tokenizer, tasks, cfg)
+            if cfg.measure.load.capacity:  # on the same loaded model, after the ladder
+                from selector.measure.load import run_inprocess_capacity
+
+                perf.capacity = run_inprocess_capacity(loaded.model, loaded.tokenizer, tasks, cfg)
             self.record.perf = perf
             self._measure_memory(resolved, loaded, device)
 
@@ -215,6 +219,10 @@ class VariantRun:
                 self.record.perf = PerfResult(device=device)
                 if cfg.measure.load.enabled:
                     self.record.perf.load = run_server_load(served, tasks, cfg)
+                if cfg.measure.load.capacity:  # on the same running server, after the ladder
+                    from selector.measure.load import run_server_capacity
+
+                    self.record.perf.capacity = run_server_capacity(served, tasks, cfg)
 
     def _measure_memory(self, resolved, loaded, device: str) -> None:  # type: ignore[no-untyped-def]
         from selector.measure.memory import measure_memory

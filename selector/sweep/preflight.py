@@ -207,11 +207,17 @@ def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
     if cfg.engine.kind == "openai" and not (cfg.engine.base_url or cfg.engine.server_command):
         raise ConfigError(f"conf/engine/{choices.get('engine', 'openai')}.yaml", "engine.base_url",
                           "engine=openai needs base_url (attach to a running server) or server_command (start one per variant)")
-    if cfg.measure.load.enabled:
+    load = cfg.measure.load
+    if load.enabled or load.capacity:
+        from selector.measure.capacity import check_capacity
         from selector.measure.load import check_slo, levels_of
+        from selector.measure.requests import has_arrivals, read_request_file
 
-        check_slo(cfg.measure.load.slo)
-        levels_of(cfg.measure.load)
+        check_slo(load.slo)
+        check_capacity(load)
+        rows = read_request_file(load.requests, load.new_tokens) if load.requests else []  # a bad row stops it now
+        if load.enabled and not (rows and has_arrivals(rows)):  # recorded arrivals are a level of their own
+            levels_of(load)
 
 
 def check_compare_to(cfg: SelectorConfig) -> None:
