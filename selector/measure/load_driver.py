@@ -50,7 +50,7 @@ def poisson_arrivals(n: int, rate_rps: float, seed: int) -> list[float]:
     return [0.0, *np.cumsum(gaps).tolist()]
 
 
-_PERCENTILE_KEY = re.compile(r"^(?P<metric>[a-z]+_ms)_p(?P<q>\d+(?:\.\d+)?)$")
+_PERCENTILE_KEY = re.compile(r"^(?P<metric>[a-z0-9]+_ms)_p(?P<q>\d+(?:\.\d+)?)$")
 
 
 def parse_slo_key(key: str) -> tuple[str, float | None]:
