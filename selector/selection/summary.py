@@ -7,6 +7,7 @@ from typing import Any
 
 from selector.config import PolicyConfig
 from selector.selection.checks import WEIGHTED, check_task
+from selector.selection.cost import traffic_sentence
 from selector.selection.evidence import Evidence
 from selector.selection.precision import record_bits
 from selector.selection.ranking import OBJECTIVE_TEXT, Ranking, format_objective
@@ -79,7 +80,9 @@ def rejection_reasons(name: str, ranking: Ranking, policy: PolicyConfig) -> list
     reasons = [c.detail for c in ranking.failed(name)]
     if ranking.objectives[name] is None:
         what = OBJECTIVE_TEXT[policy.objective][0]
-        reasons.append(f"{what} not measured: cannot rank on objective {policy.objective}")
+        reasons.append(f"{what} not measured: cannot rank on objective {policy.objective}"
+                       + (" (it needs measure.load.capacity=true and a capacity within the SLO)"
+                          if policy.objective == "cost_at_traffic" else ""))
     return reasons
 
 
@@ -105,9 +108,13 @@ def write_summary(
         objective = format_objective(policy.objective, ranking.objectives[winner])  # type: ignore[arg-type]
         meets = _constraint_words(policy, checks)
         that = f" that meets {meets}" if meets else ""
+        traffic = traffic_sentence(evidence[winner].record, policy)
+        what = ("the cheapest variant at your traffic" if policy.objective == "cost_at_traffic" and traffic
+                else f"the {adjective} variant ({objective})")
         return (
-            f"Recommend {winner}: the {adjective} variant ({objective}){that} — "
+            f"Recommend {winner}: {what}{that} — "
             f"{_task_evidence(evidence[winner], checks, reference)}; {eligible}."
+            + (f" {traffic}." if traffic else "")
         )
     near = closest(ranking, evidence)
     assert near is not None  # evidence is non-empty and nothing is eligible

@@ -1,0 +1,80 @@
+"""Capacity into instances and money (selector.selection.cost), policy.objective=cost_at_traffic,
+and the headline sentence it gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from selector.config import PolicyConfig
+from selector.errors import ConfigError
+from selector.selection import select
+from selector.selection.cost import HOURS_PER_MONTH, record_cost, slo_words, traffic_cost
+from selector.types import CapacityResult, CapacityStep, LoadLevel
+from tests.factories import perf, run_record, task_result
+
+
+def capacity(rps: float | None, tokens_per_request: float = 100.0, slo: dict | None = None) -> CapacityResult:
+    rate = rps if rps is not None else 0.5
+    level = LoadLevel(rate_rps=rate, requests=59, errors=0, duration_s=10.0, request_throughput=rate,
+                      output_tokens_per_s=rate * tokens_per_request, cpu_util_pct=70.0)
+    step = CapacityStep(rate_rps=rate, passed=rps is not None, level=level)
+    return CapacityResult(slo=slo or {"e2e_ms_p95": 4000}, confidence=0.95, tolerance=0.1, requests_per_step=59,
+                          capacity_rps=rps, failed_rps=None if rps else rate, steps=[step],
+                          output_tokens_per_s=level.output_tokens_per_s, note="" if rps else "even the lowest...")
+
+
+def record(name: str, weight_gb: float, cap: float | None, accuracy: int = 9):  # type: ignore[no-untyped-def]
+    p = perf()
+    p.capacity = capacity(cap)
+    return run_record(name, "bf16", [task_result("t", [1.0] * accuracy + [0.0] * (10 - accuracy))],
+                      weight_bytes=int(weight_gb * 1e9), perf=p)
+
+
+def test_instances_are_the_ceiling_of_traffic_over_capacity() -> None:
+    cost = traffic_cost(capacity_rps=3.1, traffic_rps=20.0, cost_per_hour=2.0, tokens_per_request=150.0)
+    assert cost.instances == 7  # 20 / 3.1 = 6.45
+    assert cost.cost_per_month == pytest.approx(7 * 2.0 * 730)
+    tokens = 20.0 * 150.0 * 3600 * 730  # output tokens a month at the traffic
+    assert cost.cost_per_million_tokens == pytest.approx(7 * 2.0 * 730 / tokens * 1e6)
+    assert traffic_cost(4.0, 20.0, 1.0).instances == 5  # exactly divisible: no sixth machine
+    assert traffic_cost(0.1 + 0.2, 0.9, 1.0).instances == 3  # 0.9 / 0.30000000000000004 rounds the right way
+    assert traffic_cost(50.0, 20.0, 1.0).instances == 1
+    assert traffic_cost(4.0, 20.0, 1.0).cost_per_million_tokens is None  # no token count: no per-token price
+    assert HOURS_PER_MONTH == 730
+    with pytest.raises(ValueError):
+        traffic_cost(0.0, 20.0, 1.0)
+
+
+def test_slo_words() -> None:
+    assert slo_words({"e2e_ms_p95": 4000, "ttft_ms_p99": 500, "e2e_ms": 9000}) == "p95 e2e <= 4 s and p99 ttft <= 500 ms"
+
+
+def test_cost_at_traffic_ranks_by_monthly_cost_and_says_it_in_the_headline() -> None:
+    records = [record("small", 0.3, 1.0), record("big", 1.0, 3.1), record("slow", 0.2, None)]
+    policy = PolicyConfig(floors={"t": 0.8}, objective="cost_at_traffic", traffic_rps=20.0, cost_per_hour=2.0)
+    s = select(records, policy)
+    verdicts = {v.variant: v for v in s.verdicts}
+    assert verdicts["small/bf16"].objective == pytest.approx(20 * 2.0 * 730)  # 20 machines
+    assert verdicts["big/bf16"].objective == pytest.approx(7 * 2.0 * 730)
+    assert s.winner == "big/bf16"  # bigger weights, fewer machines
+    assert verdicts["slow/bf16"].status == "rejected"
+    assert any("measure.load.capacity=true" in r for r in verdicts["slow/bf16"].reasons)
+    assert ("big/bf16 holds 3.1 req/s at p95 e2e <= 4 s on this machine; your 20 req/s needs 7 of them, "
+            "about $10,220 per month ($1.94 per million output tokens).") in s.summary
+    assert s.summary.startswith("Recommend big/bf16: the cheapest variant at your traffic")
+    cost = record_cost(records[1], policy)
+    assert cost is not None and cost.tokens_per_request == pytest.approx(100.0)
+    # Under another objective the traffic sentence still follows the recommendation.
+    s = select(records, PolicyConfig(floors={"t": 0.8}, traffic_rps=20.0, cost_per_hour=2.0))
+    assert s.winner == "slow/bf16" and "slow/bf16 does not hold p95 e2e <= 4 s on this machine even at 0.5 req/s" \
+        in s.summary
+
+
+def test_cost_at_traffic_needs_a_traffic_and_a_price() -> None:
+    records = [record("a", 0.3, 1.0)]
+    with pytest.raises(ConfigError, match="traffic_rps"):
+        select(records, PolicyConfig(objective="cost_at_traffic", cost_per_hour=1.0))
+    with pytest.raises(ConfigError, match="cost_per_hour"):
+        select(records, PolicyConfig(objective="cost_at_traffic", traffic_rps=5.0))
+    s = select(records, PolicyConfig(objective="cost_at_traffic", traffic_rps=5.0, price_per_hour=1.0))
+    assert s.winner == "a/bf16" and s.verdicts[0].objective == pytest.approx(5 * 730)
