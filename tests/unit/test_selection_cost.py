@@ -78,3 +78,28 @@ def test_cost_at_traffic_needs_a_traffic_and_a_price() -> None:
         select(records, PolicyConfig(objective="cost_at_traffic", traffic_rps=5.0))
     s = select(records, PolicyConfig(objective="cost_at_traffic", traffic_rps=5.0, price_per_hour=1.0))
     assert s.winner == "a/bf16" and s.verdicts[0].objective == pytest.approx(5 * 730)
+
+
+def test_the_report_and_console_show_capacity_cost_and_the_probes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import io
+
+    from rich.console import Console
+
+    from selector.report import render_terminal_summary, write_report
+
+    records = [record("small", 0.3, 1.0), record("big", 1.0, 3.1), record("slow", 0.2, None)]
+    policy = PolicyConfig(floors={"t": 0.8}, objective="cost_at_traffic", traffic_rps=20.0, cost_per_hour=2.0)
+    s = select(records, policy)
+    paths = write_report(records, s, {"experiment": "x"}, tmp_path)
+    md = paths["md"].read_text()
+    assert "### Capacity at the SLO" in md and "### Load levels" not in md  # no ladder ran: no empty tables
+    row = next(line for line in md.splitlines() if line.startswith("| big/bf16") and "$10,220" in line)
+    assert "3.1" in row and "| 7 |" in row and "$1.94" in row
+    assert "&lt; 0.500" in md and "slow/bf16: even the lowest" in md
+    assert "ceil(20 req/s / capacity) machines" in md
+    assert "### Latency against arrival rate" in md and "| small/bf16 | 1.00 | yes |" in md
+    html = paths["html"].read_text()
+    assert 'id="load-capacity"' in html and "$10,220" in html
+    out = io.StringIO()
+    Console(file=out, width=200).print(render_terminal_summary(records, s))
+    assert "Capacity at the SLO" in out.getvalue() and "$10,220" in out.getvalue()
