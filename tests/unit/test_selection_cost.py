@@ -20,7 +20,8 @@ def capacity(rps: float | None, tokens_per_request: float = 100.0, slo: dict | N
     step = CapacityStep(rate_rps=rate, passed=rps is not None, level=level)
     return CapacityResult(slo=slo or {"e2e_ms_p95": 4000}, confidence=0.95, tolerance=0.1, requests_per_step=59,
                           capacity_rps=rps, failed_rps=None if rps else rate, steps=[step],
-                          output_tokens_per_s=level.output_tokens_per_s, note="" if rps else "even the lowest...")
+                          output_tokens_per_s=level.output_tokens_per_s, cpu_util_pct=level.cpu_util_pct,
+                          note="" if rps else "even the lowest...")
 
 
 def record(name: str, weight_gb: float, cap: float | None, accuracy: int = 9):  # type: ignore[no-untyped-def]
@@ -103,3 +104,18 @@ def test_the_report_and_console_show_capacity_cost_and_the_probes(tmp_path) -> N
     out = io.StringIO()
     Console(file=out, width=200).print(render_terminal_summary(records, s))
     assert "Capacity at the SLO" in out.getvalue() and "$10,220" in out.getvalue()
+
+
+def test_capacity_and_its_probes_become_mlflow_metrics() -> None:
+    from selector.trackers.naming import load_metrics, record_metrics
+
+    r = record("big", 1.0, 3.1)
+    m = record_metrics(r)
+    assert m["capacity/rps"] == 3.1 and m["capacity/probes"] == 1 and m["capacity/output_tokens_per_s"] == 310
+    assert m["capacity/cpu_util_pct"] == 70 and "capacity/failed_rps" not in m
+    steps = load_metrics(r)
+    assert ("capacity_probe/rate_rps", 3.1, 0) in steps and ("capacity_probe/passed", 1.0, 0) in steps
+    replay = LoadLevel(requests=3, errors=0, duration_s=1.0, request_throughput=3.0, output_tokens_per_s=9.0,
+                       replay_scale=0.5)
+    r.perf.load.append(replay)  # type: ignore[union-attr]
+    assert ("load_recorded0.5/request_throughput", 3.0, 0) in load_metrics(r)
