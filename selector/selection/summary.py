@@ -132,7 +132,7 @@ def collect_warnings(
     noise_floor: dict[str, float],
     sensitivity_rows: list[dict[str, Any]],
 ) -> list[str]:
-    warnings: list[str] = engine_mismatch(records, policy)
+    warnings: list[str] = engine_mismatch(records, policy) + missing_load(records)
     if evidence and reference is None:
         warnings.append("No reference: no completed variant has task results; nothing is compared pairwise.")
     if reference is not None:
@@ -243,3 +243,23 @@ def engine_mismatch(records: list[RunRecord], policy: PolicyConfig) -> list[str]
             f"policy.deploy_engine={deploy}: rankings flip between engines (in transformers, 4-bit AWQ decodes "
             f"slower than bf16; in vLLM, faster). Measure the candidates on {deploy} (engine=openai-vllm, or "
             "engine=openai with its server) before trusting the latency ranking."]
+
+
+def missing_load(records: list[RunRecord]) -> list[str]:
+    """Variants the user asked load figures of (measure.load.enabled / capacity) that have none,
+    because the adaptive search stopped or skipped them, and how to get them."""
+    why = {"stopped": ("the adaptive search stopped them early below a floor", "search=grid"),
+           "not_needed": ("the adaptive search did not need them (a smaller variant already qualified)",
+                          "search.complete=true")}
+    out = []
+    for status, (reason, fix) in why.items():
+        names = sorted(r.name for r in records if r.status == status and _asked_for_load(r))
+        if names:
+            out.append(f"No load figures for {', '.join(names)}, though measure.load asked for them: {reason}. "
+                       f"Run again with {fix} to measure them.")
+    return out
+
+
+def _asked_for_load(record: RunRecord) -> bool:
+    load = ((record.config or {}).get("measure") or {}).get("load") or {}
+    return bool(load.get("enabled") or load.get("capacity"))

@@ -119,3 +119,16 @@ def test_capacity_and_its_probes_become_mlflow_metrics() -> None:
                        replay_scale=0.5)
     r.perf.load.append(replay)  # type: ignore[union-attr]
     assert ("load_recorded0.5/request_throughput", 3.0, 0) in load_metrics(r)
+
+
+def test_a_load_test_asked_for_is_never_silently_missing() -> None:
+    asked = {"measure": {"load": {"enabled": True, "capacity": False}}}
+    done = record("big", 1.0, 3.1)
+    stopped = run_record("tiny", "int4", status="stopped", reason="stopped early: t below its floor", config=asked)
+    skipped = run_record("huge", "bf16", status="not_needed", reason="not needed", config=asked)
+    quiet = run_record("other", "int4", status="stopped", config={"measure": {"load": {"enabled": False}}})
+    s = select([done, stopped, skipped, quiet], PolicyConfig(floors={"t": 0.8}))
+    assert ("No load figures for tiny/int4, though measure.load asked for them: the adaptive search stopped them "
+            "early below a floor. Run again with search=grid to measure them.") in s.warnings
+    assert any(w.startswith("No load figures for huge/bf16") and "search.complete=true" in w for w in s.warnings)
+    assert not any("other/int4" in w for w in s.warnings)  # it asked for no load test
