@@ -116,3 +116,49 @@ def test_capacity_search_on_a_served_variant_with_a_known_service_time(slow_serv
     # Every probe went to the one warm server, whose process tree was measured.
     assert result.cpu_util_pct is not None
     assert all(s.level.split_source == "vllm" for s in result.steps)  # /metrics scraped around each probe
+
+
+# ---- the whole sweep -------------------------------------------------------------------------
+CAPACITY_SWEEP = ("model=tiny", "precision=fp32,bf16", "search=grid", "measure=quick", "measure.latency.enabled=false",
+                  "measure.throughput.enabled=false", "measure.fidelity=false", "evalset.tasks=[arithmetic]",
+                  "evalset.limit=2", "threads=1", "measure.load.capacity=true",
+                  "measure.load.requests=loadsets/sample.jsonl", "measure.load.new_tokens=8",
+                  "measure.load.slo.e2e_ms_p50=20000", "measure.load.capacity_confidence=0.5",
+                  "measure.load.requests_per_level=6", "measure.load.capacity_start_rps=2",
+                  "measure.load.capacity_max_steps=2", "policy.floors.arithmetic=0", "policy.traffic_rps=9",
+                  "policy.cost_per_hour=1.5", "policy.objective=cost_at_traffic")
+
+
+@pytest.mark.slow
+def test_a_sweep_finds_capacity_and_recommends_the_cheapest_at_the_traffic(tiny_setup: dict[str, Path]) -> None:
+    from tests.sweep_helpers import run_selector
+
+    result = run_selector(tiny_setup, *CAPACITY_SWEEP, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    records = [json.loads(p.read_text()) for p in tiny_setup["out"].glob("sweeps/*/tiny/*/record.json")]
+    assert sorted(r["variant"]["precision"] for r in records) == ["bf16", "fp32"]
+    for r in records:
+        cap = r["perf"]["capacity"]
+        assert [s["rate_rps"] for s in cap["steps"]] == [2.0, 4.0] and all(s["passed"] for s in cap["steps"])
+        assert cap["capacity_rps"] == 4.0 and cap["failed_rps"] is None and "capacity is at least" in cap["note"]
+        assert r["perf"]["load"] == []  # measure=quick: no ladder, only the search
+    (report,) = tiny_setup["out"].glob("sweeps/*/report/report.md")
+    md = report.read_text().replace("&lt;", "<")
+    assert "### Capacity at the SLO" in md and "holds 4 req/s at p50 e2e <= 20 s on this machine; your 9 req/s " \
+        "needs 3 of them, about $3,285 per month" in md
+    assert "Capacity at the SLO" in result.stdout
+
+
+def test_a_bad_request_file_or_slo_key_stops_the_sweep_before_anything_loads(tiny_setup: dict[str, Path]) -> None:
+    from tests.integration.test_bad_input import assert_usage_error
+    from tests.sweep_helpers import run_selector
+
+    bad = write_jsonl(tiny_setup["base"] / "bad.jsonl", [{"prompt": "a", "max_tokens": 4},
+                                                         {"prompt": "b", "max_tokens": -1}])
+    result = run_selector(tiny_setup, "model=tiny", "precision=fp32", "measure=load-quick",
+                          f"measure.load.requests={bad}")
+    assert_usage_error(result, f"{bad}:2: field 'max_tokens': must be a whole number >= 1, got -1")
+    result = run_selector(tiny_setup, "model=tiny", "precision=fp32", "measure.load.capacity=true",
+                          "measure.load.slo.e2e_p95=4000")
+    assert_usage_error(result, "field 'e2e_p95' not a measured figure nor a percentile")
+    assert not list(tiny_setup["out"].glob("sweeps/*/tiny/*/record.json"))
