@@ -55,8 +55,18 @@ def evaluation_key(cfg: SelectorConfig, evalset_hash: str) -> str:
 def variant_key(cfg: SelectorConfig, evalset_hash: str) -> str:
     """Everything that can change a variant's record: its evaluation, and how it is measured."""
     d = to_dict(cfg)
-    return digest({"evaluation": evaluation_key(cfg, evalset_hash), "measure": d["measure"],
-                   "baseline": cfg.baseline_precision})
+    material = {"evaluation": evaluation_key(cfg, evalset_hash), "measure": d["measure"],
+                "baseline": cfg.baseline_precision}
+    if cfg.measure.load.requests:  # the request file's rows, not its name, make the load figures
+        material["load_requests"] = _file_digest(cfg.measure.load.requests)
+    return digest(material)
+
+
+def _file_digest(path: str) -> str | None:
+    from selector.paths import find_path
+
+    found = find_path(path)
+    return hashlib.sha256(found.read_bytes()).hexdigest()[:16] if found.is_file() else None
 
 
 def sweep_key(experiment: str, variant_keys: list[str], policy: dict[str, Any]) -> str:
