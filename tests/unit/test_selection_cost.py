@@ -17,7 +17,9 @@ def capacity(rps: float | None, tokens_per_request: float = 100.0, slo: dict | N
     rate = rps if rps is not None else 0.5
     level = LoadLevel(rate_rps=rate, requests=59, errors=0, duration_s=10.0, request_throughput=rate,
                       output_tokens_per_s=rate * tokens_per_request, cpu_util_pct=70.0)
-    step = CapacityStep(rate_rps=rate, passed=rps is not None, level=level)
+    bound = 1500.0 if rps is not None else None
+    step = CapacityStep(rate_rps=rate, passed=rps is not None, level=level,
+                        checks={"e2e_ms_p95": {"estimate": 1000.0 if rps else 9000.0, "upper": bound, "limit": 4000.0}})
     return CapacityResult(slo=slo or {"e2e_ms_p95": 4000}, confidence=0.95, tolerance=0.1, requests_per_step=59,
                           capacity_rps=rps, failed_rps=None if rps else rate, steps=[step],
                           output_tokens_per_s=level.output_tokens_per_s, cpu_util_pct=level.cpu_util_pct,
@@ -101,6 +103,8 @@ def test_the_report_and_console_show_capacity_cost_and_the_probes(tmp_path) -> N
     assert "### Latency against arrival rate" in md and "| small/bf16 | 1.00 | yes |" in md
     html = paths["html"].read_text()
     assert 'id="load-capacity"' in html and "$10,220" in html
+    assert "plot-capacity" in html and "Latency vs arrival rate: the capacity search" in html
+    assert "e2e_ms_p95 1,500 / 4,000" in md or "e2e_ms_p95 1500 / 4000" in md  # each probe's bound and limit
     out = io.StringIO()
     Console(file=out, width=200).print(render_terminal_summary(records, s))
     assert "Capacity at the SLO" in out.getvalue() and "$10,220" in out.getvalue()
