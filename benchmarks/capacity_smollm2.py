@@ -36,9 +36,11 @@ def sweep_overrides(args: argparse.Namespace) -> list[str]:
         f"evalset.limit={args.limit}", f"threads={args.threads}", "tracker=none",
         "measure.load.capacity=true", "measure.load.requests=loadsets/sample.jsonl",
         f"measure.load.slo.e2e_ms_p95={args.slo_ms}", "measure.load.capacity_start_rps=1",
-        "measure.load.capacity_tolerance=0.15", "measure.load.max_batch_size=8",
+        "measure.load.capacity_tolerance=0.15", "measure.load.capacity_min_rps=0.25",
+        "measure.load.capacity_max_steps=8", "measure.load.max_batch_size=8",
         f"policy.traffic_rps={args.traffic}", f"policy.cost_per_hour={args.cost_per_hour}",
-        "policy.objective=cost_at_traffic", "policy.default_floor=0",
+        "policy.objective=cost_at_traffic", "evalset.tasks=[sentiment,arithmetic]",
+        "policy.floors.sentiment=0", "policy.floors.arithmetic=0",  # a pure cost verdict: the accuracy side is not measured here
     ]
 
 
