@@ -6,9 +6,13 @@ scores come from a shared item difficulty, a rule (point or lower_bound with Wil
 alpha (0.01, 0.05 or 0.10) and floors (up to 20 points under the best variant's full-set score, in
 steps of 5 points, so some variants sit far from a floor and some near it). In "boundary" sweeps
 (a third) the floors are set so one variant's full-set result sits exactly on the threshold of
-every task: the least favourable case for a false rejection. The full-evaluation verdict of every variant is computed on the same item
-populations with selector.stats.wilson_interval, independently of the search code; the adaptive
-side runs the real FloorTests (one per floor, alpha split over them) and the real SearchDriver.
+every task: the least favourable case for a false rejection. The full-evaluation verdict of every
+variant is computed on the same item populations with the selection's own interval
+(selector.stats.mean_interval: Wilson for 0/1 scores, the bootstrap for fractional ones),
+independently of the search code; the adaptive side runs the real FloorTests (one per floor,
+alpha split over them, vectorized, and checked against FloorTest.decide itself on every 10th
+sweep's target variant) and the real SearchDriver. benchmarks/verdict_edges.py runs the whole
+evaluation loop and select() at the default eval set's sizes.
 
     python -m benchmarks.adaptive_simulation            # 10,000 sweeps, about 2 minutes on one core
     python -m benchmarks.adaptive_simulation --sweeps 500
@@ -34,13 +38,14 @@ from selector.search import bounds
 from selector.search.driver import Candidate, Outcome, SearchDriver
 from selector.search.sequential import FloorTest, TaskSpec, floor_tests
 from selector.search.thresholds import EPS
-from selector.stats import wilson_interval
+from selector.stats import mean_interval, wilson_interval
 
 SEED = 20240614
 ROUND_SIZE = 12
 ALPHAS = (0.01, 0.05, 0.10)
 SIZES = (40, 48, 60, 80, 100, 120, 150, 200)
 WORKERS = (1, 2, 4)
+CHECK_EVERY = 10  # every 10th sweep: the target variant's early rejection through FloorTest.decide itself
 # The ladder: parameters (billions) and logit ability of each model; bytes per parameter and the
 # logit cost of each precision (int4 also costs a calibration pass). Costs in seconds, stated
 # assumptions: loading 10 s + 4 s per GB, int4 calibration 90 s per billion parameters, int8 5 s,
@@ -89,16 +94,24 @@ def wilson_low(successes: float, n: int, confidence: float) -> float:
     return wilson_interval(successes, n, confidence)[0]
 
 
-def full_set_passes(means: np.ndarray, n_items: int, floor: float, rule: str) -> np.ndarray:
+def lower_end(scores: np.ndarray, binary: bool) -> float:
+    """The selection's own interval (selector.stats.mean_interval, as select() computes it): Wilson
+    for 0/1 scores, the bootstrap for fractional ones."""
+    if binary:
+        return wilson_low(round(float(scores.sum()), 9), scores.size, 0.95)
+    return mean_interval(scores, False, 0.95, "wilson")[0]
+
+
+def full_set_passes(scores: np.ndarray, floor: float, rule: str, binary: bool) -> np.ndarray:
     """The selection's own rule on the full set (not the search's thresholds)."""
     if rule == "point":
-        return means >= floor - EPS
-    return np.array([wilson_low(round(m * n_items, 9), n_items, 0.95) >= floor - EPS for m in means])
+        return scores.mean(axis=1) >= floor - EPS
+    return np.array([lower_end(row, binary) >= floor - EPS for row in scores])
 
 
-def boundary_floor(mean: float, n_items: int, rule: str) -> float:
-    """The floor that puts a full-set mean exactly on the threshold."""
-    return mean if rule == "point" else wilson_low(round(mean * n_items, 9), n_items, 0.95)
+def boundary_floor(scores: np.ndarray, rule: str, binary: bool) -> float:
+    """The floor that puts a full set exactly on the threshold."""
+    return float(scores.mean()) if rule == "point" else lower_end(scores, binary)
 
 
 def rejection_round(test: FloorTest, scores: np.ndarray) -> np.ndarray:
@@ -111,10 +124,19 @@ def rejection_round(test: FloorTest, scores: np.ndarray) -> np.ndarray:
     else:
         stakes = bounds.bets(scores, test.target, test.n_total)
         wealth = np.maximum.accumulate(bounds.log_capital(scores, test.target, stakes, test.n_total), axis=1)
-        reject = (wealth[:, looks - 1] >= math.log(1 / test.alpha)) | (
-            (sums + test.n_total - looks) / test.n_total < test.target
-        )
+        # the betting test at the interim looks only: at N the full set decides (FloorTest.decide)
+        betting = (wealth[:, looks - 1] >= math.log(1 / test.alpha)) & (looks < test.n_total)
+        reject = betting | ((sums + test.n_total - looks) / test.n_total < test.target)
     return np.where(reject.any(axis=1), reject.argmax(axis=1), -1)
+
+
+def decided_round(test: FloorTest, row: np.ndarray) -> int:
+    """The same through the real decision code: FloorTest.decide at every look, as the evaluation
+    loop calls it; the vectorized rejection_round is checked against it on a sample of variants."""
+    for k, n in enumerate(test.looks):
+        if test.decide(row[:n]).reject:
+            return k
+    return -1
 
 
 def draw_sweep(rng: np.random.Generator) -> dict:
@@ -129,7 +151,7 @@ def draw_sweep(rng: np.random.Generator) -> dict:
     floors = {}
     for j, s in enumerate(scores):
         if boundary:
-            floors[f"t{j}"] = boundary_floor(float(s[target].mean()), len(s[target]), rule)
+            floors[f"t{j}"] = boundary_floor(s[target], rule, bool(binary[j]))
         else:  # what a user might ask: up to 20 points under the best variant, in steps of 5
             best = float(s.mean(axis=1).max())
             floors[f"t{j}"] = float(np.clip(np.floor((best - rng.uniform(0, 0.2)) * 20) / 20, 0.05, 0.95))
@@ -138,7 +160,7 @@ def draw_sweep(rng: np.random.Generator) -> dict:
                 scores=scores, floors=floors, target=target, orders=orders)  # fmt: skip
 
 
-def judge(sweep: dict, spending: str) -> dict:
+def judge(sweep: dict, spending: str, check: bool = False) -> dict:
     """Full-set verdicts and, per variant, the round and items at which early rejection stops it."""
     tasks = {f"t{j}": TaskSpec(int(n), binary=bool(b)) for j, (n, b) in enumerate(zip(sweep["sizes"], sweep["binary"]))}
     stopper = floor_tests(rule=sweep["rule"], floors=sweep["floors"], tasks=tasks, alpha=sweep["alpha"],
@@ -148,8 +170,11 @@ def judge(sweep: dict, spending: str) -> dict:
     stop = np.full(n_var, 10**6)
     for j, (test, scores) in enumerate(zip(stopper.tests, sweep["scores"])):
         n_items = scores.shape[1]
-        eligible &= full_set_passes(scores.mean(axis=1), n_items, sweep["floors"][f"t{j}"], sweep["rule"])
+        eligible &= full_set_passes(scores, sweep["floors"][f"t{j}"], sweep["rule"], bool(sweep["binary"][j]))
         first = rejection_round(test, scores[:, sweep["orders"][j]])
+        if check:  # the target variant through FloorTest.decide itself
+            row = scores[sweep["target"], sweep["orders"][j]]
+            assert decided_round(test, row) == first[sweep["target"]], "vectorized test differs from decide()"
         stop = np.where(first >= 0, np.minimum(stop, first), stop)
     total = int(sum(sweep["sizes"]))
     items_at = np.array(
@@ -235,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     spending_items: dict[str, list] = {s: [] for s in bounds.SPENDING}
     for k in range(args.sweeps):
         sweep = draw_sweep(rng)
-        verdict = judge(sweep, "pocock")
+        verdict = judge(sweep, "pocock", check=k % CHECK_EVERY == 0)
         ok, tally = verdict["eligible"], errors[sweep["alpha"]]
         count(tally, "false_rejection", int(np.sum(ok & verdict["stopped"])), int(ok.sum()))
         if sweep["boundary"] and ok[sweep["target"]]:

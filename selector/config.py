@@ -178,8 +178,11 @@ class SearchConfig:
     round_size: int = 12  # items per task between two looks at the floors
     complete: bool = False  # adaptive, but measure every variant (early rejection still applies)
     prune_margin: float = 0.05  # prune only variants planned this much (relative) above the best measured one
-    workers: Optional[int] = None  # variants run at once (waves); default: the launcher's n_jobs, else 1
+    workers: Optional[int] = None  # variants per wave; default: what the launcher runs at once (sweep/width.py)
     stop_early: bool = True  # set false by the search for the runs that must see every item (evidence)
+    # The item order's seed; null: drawn once per eval set and output folder, kept, and recorded
+    # (sweep.json, each record, the report). Set it to replay a sweep's order (selector/sweep/order_seed.py).
+    seed: Optional[int] = None
 
 
 @dataclass
@@ -199,12 +202,15 @@ class PolicyConfig:
     margins: dict[str, float] = field(default_factory=dict)  # non_inferiority: allowed drop per task
     default_margin: float = 0.05
     confidence: float = 0.95
-    ci_method: str = "wilson"  # wilson | bootstrap
+    ci_method: str = "wilson"  # wilson | bootstrap | exact (Clopper-Pearson for 0/1 scores)
     weights: dict[str, float] = field(default_factory=dict)  # optional combined score
     max_weight_gb: Optional[float] = None
-    max_memory_gb: Optional[float] = None  # peak VRAM on CUDA, peak RSS on CPU
+    max_memory_gb: Optional[float] = None  # the serving peak: reserved VRAM on CUDA, RSS on CPU (docs/memory.md)
     latency_limits: dict[str, float] = field(default_factory=dict)  # e.g. {e2e_ms_p95@8: 2000}
     objective: str = "weight_memory"  # weight_memory | latency | cost | cost_at_traffic
+    # none | fixed_sequence: test variants largest first, stop at the first that fails, recommend the
+    # smallest claimed: P(the winner misses a floor it claims) <= the level (selection/sequence.py)
+    winner_control: str = "none"
     price_per_hour: Optional[float] = None  # for objective=cost
     # objective=cost_at_traffic: the user's peak traffic and the price of one machine (the one measured)
     traffic_rps: Optional[float] = None
@@ -236,6 +242,9 @@ class SelectorConfig:
     time_limit_s: Optional[float] = None  # per variant; the worker is killed past it
     memory_limit_gb: Optional[float] = None  # per variant address-space cap (CPU), where supported
     compare_to: Optional[str] = None  # an earlier sweep (folder or MLflow parent run id): the report compares with it
+    # Libraries' output (progress bars, quantization tables) on the console too; it always goes to
+    # each variant's worker.log, and the console shows selector's own lines.
+    verbose: bool = False
 
 
 SCHEMA_NAME = "selector_schema"
@@ -294,10 +303,10 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("measure.throughput.new_tokens", lambda v: v >= 1, "at least 1"),
     ("measure.noise_floor.repeats", lambda v: v >= 0, "0 or more"),
     ("search.strategy", lambda v: v in ("adaptive", "grid"), "adaptive or grid (search=adaptive|grid)"),
-    ("search.alpha", lambda v: 0 < v < 1, "a probability strictly between 0 and 1"),
+    ("search.alpha", lambda v: 0 < v < 0.5, "a probability strictly between 0 and 0.5"),
     ("search.round_size", lambda v: v >= 1, "at least 1 item"),
     ("search.prune_margin", lambda v: v >= 0, "0 or more (a fraction: 0.05 = 5%)"),
-    ("search.workers", lambda v: v >= 1, "at least 1 (or null for the launcher's n_jobs)"),
+    ("search.workers", lambda v: v >= 1, "at least 1 (or null: as many as the launcher runs at once)"),
     ("measure.load.time_scale", lambda v: v > 0, "a positive factor (0.5 replays twice as fast)"),
     ("measure.load.capacity_start_rps", lambda v: v > 0, "a positive rate in requests/s"),
     ("measure.load.capacity_min_rps", lambda v: v > 0, "a positive rate in requests/s"),

@@ -189,12 +189,27 @@ class PerfResult(_Model):
     compile_note: str = ""
 
 
+class PeakMemory(_Model):
+    """The most memory one phase of a variant's life held (docs/memory.md)."""
+
+    rss_bytes: int | None = None  # the process's resident set (high-water mark over the phase)
+    cuda_allocated_bytes: int | None = None  # torch's peak allocated on the device
+    cuda_reserved_bytes: int | None = None  # torch's peak reserved (what the device had to give)
+
+
 class MemoryResult(_Model):
     weight_bytes: int  # parameters + buffers as held in memory
-    peak_rss_bytes: int | None = None  # whole process, CPU
+    # The three phases (None in records made before they were measured apart):
+    serving: PeakMemory | None = None  # after load: evaluation, latency and load tests
+    load: PeakMemory | None = None  # loading the checkpoint as production would (from the cache)
+    prepare: PeakMemory | None = None  # converting, quantizing, the fidelity reference (None: all cached)
+    runtime_rss_bytes: int | None = None  # the process just before the model loaded (interpreter, libraries)
+    # The worker process's whole life (in older records, the only peak there is):
+    peak_rss_bytes: int | None = None
     cuda_max_allocated_bytes: int | None = None
     cuda_max_reserved_bytes: int | None = None
     artifact_bytes: int | None = None  # on-disk size of the checkpoint that was loaded
+    planned_serving_bytes: int | None = None  # plan's estimate of the serving peak (weights, KV, activations, runtime)
 
 
 class KernelInfo(_Model):
@@ -253,6 +268,7 @@ class SearchInfo(_Model):
     task: str = ""  # the task whose floor stopped it
     bound: float | None = None  # the anytime bound on that task's full-set score
     level: float | None = None  # its simultaneous confidence (1.0: certain)
+    order_seed: int | None = None  # the seed of the item order it was scored in (selector.sweep.order_seed)
 
 
 class RunRecord(_Model):
@@ -310,16 +326,31 @@ class Check(_Model):
 
 
 class PairedDiff(_Model):
-    """A variant minus the reference on the same items of one task."""
+    """A variant minus the reference on the same items of one task (selector.stats_paired)."""
 
     task: str
     diff: float
     ci_low: float
     ci_high: float
     n: int
-    flips_to_wrong: int  # reference right, variant wrong
+    flips_to_wrong: int  # reference right, variant wrong (fractional scores: at the 0.5 cut, for people)
     flips_to_right: int  # reference wrong, variant right
-    mcnemar_p: float
+    mcnemar_p: float | None = None  # 0/1 scores only
+    method: str = "bootstrap"  # the interval: tango (0/1 scores) | betting (fractional) | bootstrap (older records)
+    test: str = "mcnemar"  # the p-value's test: mcnemar (0/1) | wilcoxon (fractional, raw scores)
+    p_value: float | None = None  # that test's two-sided p (None in older records: mcnemar_p)
+
+    @property
+    def p(self) -> float | None:
+        return self.p_value if self.p_value is not None else self.mcnemar_p
+
+
+class TaskInterval(_Model):
+    """The one interval of a task's mean that the decision used (selector.stats.mean_interval)."""
+
+    low: float
+    high: float
+    method: str  # wilson | bootstrap | stored
 
 
 class Verdict(_Model):
@@ -334,6 +365,7 @@ class Verdict(_Model):
     # The same model at its baseline precision (bf16 by default): which answers quantization flipped.
     baseline: str | None = None
     baseline_paired: dict[str, PairedDiff] = Field(default_factory=dict)
+    intervals: dict[str, TaskInterval] = Field(default_factory=dict)  # task -> the decision's interval
 
 
 class SettingResult(_Model):

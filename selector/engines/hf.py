@@ -90,6 +90,17 @@ def shared_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
     return max(n, 0)
 
 
+def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
+    # Chat templates already write the BOS token themselves; plain prompts get the tokenizer's.
+    return tokenizer(render_prompt(tokenizer, prompt), add_special_tokens=isinstance(prompt, str))["input_ids"]
+
+
 class HFEngine:
     name = "hf"
 
@@ -108,13 +119,10 @@ class HFEngine:
 
     # ---- prompts -------------------------------------------------------------------------
     def render(self, prompt: Prompt) -> str:
-        if isinstance(prompt, str):
-            return prompt
-        return self.tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return render_prompt(self.tok, prompt)
 
     def encode(self, prompt: Prompt) -> list[int]:
-        # Chat templates already write the BOS token themselves; plain prompts get the tokenizer's.
-        return self.tok(self.render(prompt), add_special_tokens=isinstance(prompt, str))["input_ids"]
+        return encode_prompt(self.tok, prompt)
 
     # ---- generation ----------------------------------------------------------------------
     def generate(self, requests: list[GenerationRequest], progress: Progress | None = None) -> list[Generation]:

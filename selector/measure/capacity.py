@@ -33,7 +33,7 @@ from selector.errors import ConfigError
 from selector.measure.load_driver import LevelOutcome, parse_slo_key
 from selector.types import CapacityResult, CapacityStep
 
-Probe = Callable[[float], Awaitable[LevelOutcome]]
+ProbeAt = Callable[[float], Awaitable[LevelOutcome]]  # a rate -> that step, measured
 
 
 def percentile_limits(slo: dict[str, float]) -> dict[str, tuple[str, float, float]]:
@@ -103,7 +103,7 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-async def search_capacity(probe: Probe, cfg: LoadConfig) -> CapacityResult:
+async def search_capacity(probe: ProbeAt, cfg: LoadConfig) -> CapacityResult:
     """Bracket, then bisect; see the module's docstring."""
     limits = percentile_limits(cfg.slo)
     started = time.perf_counter()

@@ -7,8 +7,10 @@ PROBE_POSITIONS positions of each. The same token ids go through every variant.
 
 The baseline run (`cfg.baseline_precision`, bf16 by default) saves, per position, its top-k
 (TOP_K=256) token ids and log-probabilities plus the log of the remaining mass to
-`<cache>/fidelity/<model>-<probehash>.safetensors`. Every other variant loads that file (or, when it
-is missing, loads the baseline in its own process, writes the file and frees it) and reports:
+`<cache>/fidelity/<model>-<probehash>.safetensors`. Every other variant reads that file. When it is
+missing, the variant's preparation process (sweep/prepare.py, `ensure_reference`) loads the
+baseline, writes the file and exits before the variant loads, so the baseline's memory never
+counts as the variant's. Each variant reports:
 
 - mean KL(baseline || variant) over the K+1 buckets "each of the baseline's top-k tokens" and "all
   other tokens". This is exact for those bucketed distributions and, by the log-sum inequality
@@ -52,11 +54,9 @@ class Reference:
     rest: Any  # float32 [positions]: log of the probability mass outside the top-k
 
 
-def measure_fidelity(loaded: Any, tasks: Sequence[Any], cfg: SelectorConfig,
-                     searchpath: Sequence[str] = ()) -> FidelityResult | None:
-    """KL and top-1 agreement of `loaded` against the baseline precision; None for the baseline.
-
-    searchpath: the user's config folders, where the baseline precision's config may live."""
+def measure_fidelity(loaded: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> FidelityResult | None:
+    """KL and top-1 agreement of `loaded` against the baseline's reference file; None for the
+    baseline itself (it writes the file) and when there is no file (`ensure_reference` makes it)."""
     from selector.engines.hf import HFEngine
 
     engine = HFEngine(loaded.model, loaded.tokenizer)
@@ -70,11 +70,9 @@ def measure_fidelity(loaded: Any, tasks: Sequence[Any], cfg: SelectorConfig,
             save_reference(path, reference_from(loaded.model, probes))
         return None
     ref = load_reference(path)
-    if ref is None:
-        ref = _reference_from_baseline(cfg, probes, loaded.device, searchpath)
-        if ref is None:
-            return None
-        save_reference(path, ref)
+    if ref is None:  # its preparation could not make one (said in its log): no figure rather than a second model here
+        log.warning("fidelity: no reference of %s/%s in the cache; skipped", cfg.model.name, cfg.baseline_precision)
+        return None
     kl, agree = compare_model(ref, loaded.model, probes)
     return FidelityResult(
         baseline=f"{cfg.model.name}/{cfg.baseline_precision}",
@@ -111,6 +109,23 @@ def corpus_probes(n: int = CORPUS_PROBES) -> list[str]:
 def probe_token_ids(engine: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> list[list[int]]:
     prompts = probe_prompts(tasks, cfg) + corpus_probes()
     return [ids[-MAX_PROBE_TOKENS:] for ids in (engine.encode(p) for p in prompts) if ids]
+
+
+class PromptEncoder:
+    """Encodes prompts as the in-process engine does, from the tokenizer alone (no model loaded)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tok = tokenizer
+
+    def encode(self, prompt: Any) -> list[int]:
+        from selector.engines.hf import encode_prompt
+
+        return encode_prompt(self.tok, prompt)
+
+
+def reference_exists(cfg: SelectorConfig, tasks: Sequence[Any], tokenizer: Any) -> bool:
+    probes = probe_token_ids(PromptEncoder(tokenizer), tasks, cfg)
+    return not probes or reference_path(cfg, probes).is_file()
 
 
 def reference_path(cfg: SelectorConfig, probes: list[list[int]]) -> Path:
@@ -220,9 +235,10 @@ def load_reference(path: Path) -> Reference | None:
     return Reference(t["ids"], t["logp"], t["rest"])
 
 
-def _reference_from_baseline(cfg: SelectorConfig, probes: list[list[int]], device: str,
-                             searchpath: Sequence[str]) -> Reference | None:
-    """Load the baseline precision here (no file from a baseline run), measure it, free it."""
+def ensure_reference(cfg: SelectorConfig, tasks: Sequence[Any], device: str, searchpath: Sequence[str]) -> str:
+    """Write the baseline's reference file for `cfg`'s model if it is not cached: load the baseline
+    precision here, measure it, free it. Says what it did (a failure is logged, never raised: the
+    variant's own results do not depend on it)."""
     import torch
 
     from selector import models
@@ -235,22 +251,28 @@ def _reference_from_baseline(cfg: SelectorConfig, probes: list[list[int]], devic
         precision = precision_by_name(cfg.baseline_precision, list(searchpath))
     except UserError as e:
         log.warning("fidelity: baseline precision %r cannot be composed (%s); skipped", cfg.baseline_precision, e)
-        return None
+        return f"no fidelity reference: baseline {cfg.baseline_precision} cannot be composed"
     backend = get_backend(precision.backend)
     ok, why = backend.availability(precision, device)
     if not ok:
         log.warning("fidelity: baseline %s cannot run here (%s); skipped", precision.name, why)
-        return None
-    log.info("fidelity: no baseline probe file; loading %s/%s in this process", cfg.model.name, precision.name)
+        return f"no fidelity reference: {why}"
     ctx = LoadContext(model_cfg=cfg.model, device=device, cache_dir=Path(cfg.cache_dir), calibration=cfg.calibration)
     try:
         resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=precision.name, progress=False)
         baseline = backend.load(resolved, precision, ctx)
-    except Exception as e:  # e.g. no memory for a second model: the variant's own results still stand
+    except Exception as e:  # e.g. no memory for the baseline: the variant's own results still stand
         log.warning("fidelity: could not load the baseline %s (%s: %s); skipped", precision.name, type(e).__name__, e)
-        return None
+        return f"no fidelity reference: loading {precision.name} failed ({type(e).__name__})"
     try:
-        return reference_from(baseline.model, probes)
+        from selector.engines.hf import HFEngine
+
+        probes = probe_token_ids(HFEngine(baseline.model, baseline.tokenizer), tasks, cfg)
+        path = reference_path(cfg, probes)
+        if probes and not path.is_file():
+            log.info("fidelity: computing the reference of %s/%s", cfg.model.name, precision.name)
+            save_reference(path, reference_from(baseline.model, probes))
+        return f"fidelity reference of {cfg.model.name}/{precision.name} in {path.name}"
     finally:
         del baseline
         gc.collect()

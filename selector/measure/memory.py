@@ -1,4 +1,12 @@
-"""Memory: bytes held by the weights, peak process memory (CPU), peak CUDA allocations.
+"""Memory: bytes held by the weights, and the peak memory of each phase of a variant's life.
+
+A variant's worker goes through three phases, and each has its own peak (docs/memory.md):
+preparing the artifact (converting, quantizing, the fidelity reference: in a process of its own,
+see sweep/prepare.py), loading it, and serving it (evaluation, latency, load tests). `PhaseMeter`
+measures one phase of this process: Linux resets the resident set's high-water mark (VmHWM) when
+"5" is written to /proc/self/clear_refs, and torch resets its CUDA peak counters. Where VmHWM
+cannot be reset (not Linux), a phase has no RSS figure of its own and the whole process's peak is
+what is left.
 
 Weight bytes are counted from the tensors themselves rather than with transformers'
 `model.get_memory_footprint()`: that sums parameters and buffers at their logical size, so it
@@ -9,12 +17,19 @@ gptqmodel, compressed-tensors), which tests/integration/test_precisions_kernels.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
+import re
 import resource
 import sys
+from pathlib import Path
 from typing import Any, Iterator
 
-from selector.types import MemoryResult
+from selector.types import MemoryResult, PeakMemory
 
+STATUS = Path("/proc/self/status")
+CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
 def weight_bytes(model: Any) -> int:
@@ -64,17 +79,108 @@ def reset_cuda_peak() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def measure_memory(model: Any, device: str, artifact_bytes: int | None) -> MemoryResult:
+def _status_kib(field: str) -> int | None:
+    try:
+        match = re.search(rf"^{field}:\s+(\d+) kB", STATUS.read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+def current_rss_bytes() -> int | None:
+    kib = _status_kib("VmRSS")
+    return kib * 1024 if kib is not None else None
+
+
+def release_freed_memory() -> None:
+    """Hand memory that is free inside the process back to the system before a phase starts: what
+    Python's collector can free, then glibc's malloc_trim (freed heap it keeps for reuse would
+    otherwise count in the next phase's resident set)."""
+    gc.collect()
+    libc_name = ctypes.util.find_library("c")
+    if sys.platform.startswith("linux") and libc_name:
+        try:
+            ctypes.CDLL(libc_name).malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+            pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
+
+
+class PhaseMeter:
+    """The peak memory of one phase of this process: `start()` at its beginning, `read()` at its end."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.resettable = False
+
+    def start(self) -> None:
+        release_freed_memory()
+        try:
+            CLEAR_REFS.write_text("5")  # resets VmHWM to the current resident set (Linux >= 4.0)
+            self.resettable = _status_kib("VmHWM") is not None
+        except OSError:
+            self.resettable = False
+        reset_cuda_peak()
+
+    def read(self) -> PeakMemory:
+        hwm = _status_kib("VmHWM") if self.resettable else None
+        allocated, reserved = _cuda_peaks(self.device)
+        return PeakMemory(rss_bytes=hwm * 1024 if hwm is not None else None,
+                          cuda_allocated_bytes=allocated, cuda_reserved_bytes=reserved)
+
+
+def server_peak(processes: list[Any]) -> PeakMemory | None:
+    """A server's serving peak: the sum of its processes' resident high-water marks (they run side by
+    side, so the sum bounds what they held at once). None for a server that is not this machine's."""
+    total = 0
+    for proc in processes:
+        try:
+            text = Path(f"/proc/{proc.pid}/status").read_text()
+        except OSError:
+            continue
+        match = re.search(r"^VmHWM:\s+(\d+) kB", text, re.MULTILINE)
+        total += int(match.group(1)) * 1024 if match else 0
+    return PeakMemory(rss_bytes=total) if total else None
+
+
+def _cuda_peaks(device: str) -> tuple[int | None, int | None]:
+    import torch
+
+    if not (device.startswith("cuda") and torch.cuda.is_available()):
+        return None, None
+    return torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+
+
+def measure_memory(model: Any, device: str, artifact_bytes: int | None, *, serving: PeakMemory | None = None,
+                   load: PeakMemory | None = None, prepare: PeakMemory | None = None,
+                   runtime_rss_bytes: int | None = None) -> MemoryResult:
+    """What the loaded model weighs, its phases' peaks (measured by the caller), and the process's whole peak."""
     import torch
 
     cuda = device.startswith("cuda") and torch.cuda.is_available()
     return MemoryResult(
         weight_bytes=weight_bytes(model),
+        serving=serving,
+        load=load,
+        prepare=prepare,
+        runtime_rss_bytes=runtime_rss_bytes,
         peak_rss_bytes=peak_rss_bytes(),
-        cuda_max_allocated_bytes=torch.cuda.max_memory_allocated() if cuda else None,
-        cuda_max_reserved_bytes=torch.cuda.max_memory_reserved() if cuda else None,
+        # whole-process CUDA peaks: the larger of the phases this process measured
+        cuda_max_allocated_bytes=_max(p.cuda_allocated_bytes for p in (serving, load) if p) if cuda else None,
+        cuda_max_reserved_bytes=_max(p.cuda_reserved_bytes for p in (serving, load) if p) if cuda else None,
         artifact_bytes=artifact_bytes,
     )
+
+
+def _max(values: Iterator[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
 
 
 def first_linear(model: Any) -> dict[str, Any] | None:

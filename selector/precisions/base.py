@@ -46,6 +46,7 @@ class Backend:
     Params: ClassVar[type] = NoParams
     calibrates: ClassVar[bool] = False  # quantizes with calibration data (GPTQ, AWQ)
     quantizes: ClassVar[bool] = True  # False only for native dtypes (their layers are meant to be plain)
+    builds_artifact: ClassVar[bool] = False  # quantizes once into the cache (then loads that checkpoint)
 
     # ---- params -------------------------------------------------------------------------------
     def params(self, precision: PrecisionConfig, where: Where = Where()) -> Any:
@@ -104,7 +105,7 @@ class Backend:
             loaded = load_prequantized(resolved, precision, ctx, self.name, self.requested_kernel(precision))
         else:
             loaded = self.load_base(resolved, precision, ctx)
-        if loaded.kernel is None:
+        if loaded.kernel is None and loaded.model is not None:  # no model: only prepared (ctx.prepare_only)
             from selector.precisions.kernel_info import inspect_kernel
 
             loaded.kernel = inspect_kernel(loaded.model, backend=self.name, kernel=self.kernel_name(precision),

@@ -54,6 +54,7 @@ class GptqModelBackend(Backend):
     library = "gptqmodel"
     Params = GptqModelParams
     calibrates = True
+    builds_artifact = True
 
     def unsupported(self, precision: PrecisionConfig, device: str) -> str:
         if precision.method not in BITS:

@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 ANY_GROUP = (-1, 16, 32, 64, 128, 256, 512, 1024)
-FORMATS = ("gptq", "awq", "compressed-tensors")
-KERNEL_NAMES = ("auto", "marlin", "exllama", "triton", "gemm", "torch", "dense")
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ class LlmCompressorBackend(Backend):
     library = "llmcompressor"
     Params = LlmCompressorParams
     calibrates = True
+    builds_artifact = True
 
     def params(self, precision: PrecisionConfig, where: Where = Where()) -> Any:
         params = super().params(precision, where)

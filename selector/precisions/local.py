@@ -92,7 +92,10 @@ def quantize_cached(
                 "notes": plan.notes}
 
     art = artifacts.materialize(ctx.cache_dir, key, build_and_describe)
-    loaded = load_checkpoint(str(art.path), precision, ctx, local=True, backend=backend, requested=kernel)
+    if ctx.prepare_only:
+        loaded = LoadedModel(None, None, ctx.device, str(art.path))
+    else:
+        loaded = load_checkpoint(str(art.path), precision, ctx, local=True, backend=backend, requested=kernel)
     # The manifest holds what the build learnt (token counts, notes); a cache hit reports the same.
     quant = QuantInfo(
         method=plan.method,

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from selector.selection.measures import serving_peak
 from selector.types import LoadLevel, Percentiles, RunRecord
 
 RELATIVE = 0.05  # the least change that is not noise, relative to the earlier value
@@ -184,9 +185,9 @@ def memory_rows(name: str, ra: RunRecord, rb: RunRecord) -> list[dict[str, Any]]
     weight = _row(name, "weight memory", "GB", ma.weight_bytes / 1e9, mb.weight_bytes / 1e9, 0.0, False, "exact")
     if weight:
         rows.append(weight)
-    peak_a = ma.cuda_max_allocated_bytes or ma.peak_rss_bytes
-    peak_b = mb.cuda_max_allocated_bytes or mb.peak_rss_bytes
-    rows += _once(name, "peak memory", "GB", peak_a / 1e9 if peak_a else None, peak_b / 1e9 if peak_b else None, False)
+    peak_a, _ = serving_peak(ra)
+    peak_b, _ = serving_peak(rb)
+    rows += _once(name, "serving peak memory", "GB", peak_a / 1e9 if peak_a else None, peak_b / 1e9 if peak_b else None, False)
     return rows
 
 

@@ -25,10 +25,21 @@ def pct(value: float | None, digits: int = 1) -> str:
     return f"{value * 100:.{digits}f}%"
 
 
-def accuracy_ci(result: TaskResult | None) -> str:
-    """'82.5% [68.0–91.3]' for proportions, '0.823 [0.700–0.910]' for other metrics."""
+def decided(result: TaskResult, verdict: Any = None) -> TaskResult:
+    """The result with the interval the selection judged it by (Verdict.intervals), so the report
+    never shows another one than the decision used; the stored one for records without it."""
+    interval = getattr(verdict, "intervals", {}).get(result.task) if verdict is not None else None
+    if interval is None:
+        return result
+    return result.model_copy(update={"ci_low": interval.low, "ci_high": interval.high, "ci_method": interval.method})
+
+
+def accuracy_ci(result: TaskResult | None, verdict: Any = None) -> str:
+    """'82.5% [68.0–91.3]' for proportions, '0.823 [0.700–0.910]' for other metrics; the decision's
+    interval when the verdict carries one."""
     if result is None:
         return DASH
+    result = decided(result, verdict)
     if is_fraction(result):
         return f"{result.value * 100:.1f}% [{result.ci_low * 100:.1f}–{result.ci_high * 100:.1f}]"
     return f"{sig(result.value)} [{sig(result.ci_low)}–{sig(result.ci_high)}]"

@@ -116,11 +116,13 @@ def accuracy_by_task(records: list[RunRecord], selection: Selection) -> Plot | N
         fig = Figure(figsize=(3.4 * cols + 2.2, rows * (0.26 * len(done) + 1.1)), layout="constrained")
         axes = fig.subplots(rows, cols, sharey=True, squeeze=False).ravel()
         labels = [_text(r.name) + (" ★" if r.name == selection.winner else "") for r in done]
+        verdicts = {v.variant: v for v in selection.verdicts}
         for ax, task in zip(axes, tasks):
             for y, r in enumerate(done):
                 t = r.tasks.get(task)
                 if t is None:
                     continue
+                t = fmt.decided(t, verdicts.get(r.name))
                 ax.errorbar(t.value, y, xerr=[[max(0.0, t.value - t.ci_low)], [max(0.0, t.ci_high - t.value)]], fmt=enc.marker[
                     r.variant.precision], color=enc.colour[r.variant.model], ms=6, capsize=2.5, lw=1.4)
             floor = task_floor(selection, task)

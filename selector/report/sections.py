@@ -13,7 +13,10 @@ import yaml
 
 from selector.report import fmt
 from selector.report.view import Cell, Table, order_records, task_names, verdicts_by_variant
+from selector.stats_paired import holm
 from selector.types import RunRecord, Selection
+
+FLAG_ALPHA = 0.05  # family-wise, over the paired table's cells (Holm)
 
 DEQUANTIZED_NOTE = (
     "The 'full precision' baselines of these models are dequantized GGUF weights "
@@ -36,6 +39,9 @@ def paired_table(records: list[RunRecord], selection: Selection) -> Table | None
     tasks = [t for t in named if any(t in p for _, p in paired)]
     tasks += sorted({t for _, p in paired for t in p} - set(named))
     table = Table(columns=["variant"] + tasks)
+    cells = [(name, task, by_task[task]) for name, by_task in paired for task in tasks if task in by_task]
+    tested = [(key, d.p) for key, d in ((c[:2], c[2]) for c in cells) if d.p is not None]
+    adjusted = dict(zip([k for k, _ in tested], holm([p for _, p in tested])))
     for name, by_task in paired:
         row = [Cell(name, "name")]
         for task in tasks:
@@ -43,17 +49,22 @@ def paired_table(records: list[RunRecord], selection: Selection) -> Table | None
             if d is None:
                 row.append(Cell(fmt.DASH, "num muted"))
                 continue
-            worse = d.mcnemar_p < 0.05 and d.diff < 0
+            p_holm = adjusted.get((name, task))
+            worse = p_holm is not None and p_holm < FLAG_ALPHA and d.diff < 0
+            test = "Wilcoxon" if d.test == "wilcoxon" else "McNemar"
             row.append(Cell(
                 f"{fmt.points(d.diff)} {fmt.diff_ci(d.ci_low, d.ci_high).removesuffix(' pp')}",
                 "num below" if worse else "num",
                 f"n={d.n}; {d.flips_to_wrong} items right→wrong, {d.flips_to_right} wrong→right",
-                sub=f"McNemar p {fmt.pvalue(d.mcnemar_p)} · flips {d.flips_to_wrong}↓ {d.flips_to_right}↑",
+                sub=f"{test} p {fmt.pvalue(d.p)}, Holm {fmt.pvalue(p_holm)} · flips {d.flips_to_wrong}↓ {d.flips_to_right}↑",
             ))
         table.rows.append(row)
     table.note = (f"Reference: {selection.reference}. Each cell: variant accuracy minus reference accuracy "
-                  "on the same items, with its 95% CI; McNemar's exact p; flips: items the reference got right "
-                  "and the variant wrong (↓), and the reverse (↑). Marked: significantly worse (p < 0.05).")
+                  "on the same items, with its 95% CI (0/1 scores: Tango's score interval; fractional scores: "
+                  "a betting interval); the test's p (0/1 scores: McNemar's exact; fractional: Wilcoxon's signed-rank "
+                  "on the raw scores) and the same p Holm-adjusted over every cell of this table; flips: items "
+                  "the reference got right and the variant wrong (↓), and the reverse (↑; fractional scores cut "
+                  f"at 0.5). Marked: significantly worse, Holm-adjusted p < {FLAG_ALPHA:g}.")
     return table
 
 
@@ -120,15 +131,47 @@ def search(records: list[RunRecord], context: dict[str, Any]) -> dict[str, Any] 
     table.note = ("Variants in the order the search took them (smallest planned weight memory first). A stopped "
                   "variant's floor was out of reach with probability at least 1 - alpha over the item order "
                   "(an anytime-valid bound); see docs/search.md.")
+    width, waves = wave_lines(info)
+    seed_line = order_seed_line(info.get("order_seed"), info.get("order_seed_source"))
     return {
         "table": table,
-        "notes": info.get("notes", []),
+        "width": width,
+        "waves": waves,
+        "notes": [*info.get("notes", []), *([seed_line] if seed_line else [])],
         "line": (f"{saved.get('variants_measured', 0):.0f} of {saved.get('variants', 0):.0f} variants measured, "
                  f"{saved.get('items_evaluated', 0):.0f} of {saved.get('grid_items', 0):.0f} items scored; the "
                  f"variants took {fmt.seconds(saved.get('spent_s'))} against about "
                  f"{fmt.seconds(saved.get('grid_estimate_s'))} for the full grid (an estimate from this sweep's "
                  "own timings)") if saved else "",
     }
+
+
+def wave_lines(search: dict[str, Any]) -> tuple[str, list[str]]:
+    """The waves the search handed the launcher, for the console and the report: a heading with the
+    width and where it came from, then one line per wave (its kind, wall time, variants)."""
+    waves = search.get("waves") or []
+    if not waves:
+        return "", []
+    workers, source = search.get("workers"), search.get("width_source")
+    heading = (f"{len(waves)} wave{'s' if len(waves) != 1 else ''} of up to {workers} variant"
+               f"{'s' if workers != 1 else ''} at a time" + (f" ({source})" if source else ""))
+    lines = []
+    for number, wave in enumerate(waves, 1):
+        took = f", {wave['wall_s']:.0f} s" if wave.get("wall_s") is not None else ""
+        lines.append(f"wave {number} ({wave['kind']}{took}): {', '.join(wave['names'])}")
+    return heading, lines
+
+
+SEED_SOURCES = {"search.seed": "set by search.seed", "seed": "set by seed=",
+                "kept": "drawn by an earlier sweep of this eval set in this output folder, kept",
+                "drawn": "drawn for this sweep, kept for this eval set in this output folder"}
+
+
+def order_seed_line(seed: int | None, source: str | None) -> str:
+    """Where the item order came from, and how to replay it (selector.sweep.order_seed)."""
+    if seed is None:
+        return ""
+    return f"Item order: seed {seed} ({SEED_SOURCES.get(source or '', source or 'recorded')}); replay it with search.seed={seed}."
 
 
 def environment(records: list[RunRecord], context: dict[str, Any]) -> list[tuple[str, str]]:

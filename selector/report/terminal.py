@@ -27,6 +27,7 @@ def _accuracy(result: TaskResult | None, verdict: Verdict | None) -> Text:
     """'95.0 [84–99]': percent with a rounded CI, red when the variant misses the floor."""
     if result is None:
         return Text(fmt.DASH, style="dim")
+    result = fmt.decided(result, verdict)
     if not fmt.is_fraction(result):
         text = fmt.accuracy_ci(result)
     else:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from selector.report import fmt
+from selector.selection.measures import PROCESS_PEAK, serving_peak
 from selector.types import RunRecord, Selection, TaskResult, Verdict
 
 
@@ -72,13 +73,8 @@ def verdict_status(record: RunRecord, verdict: Verdict | None) -> str:
 
 
 def peak_memory(record: RunRecord) -> tuple[int | None, str]:
-    """GPU max allocated where a GPU was used, else the process's peak RSS."""
-    mem = record.memory
-    if mem is None:
-        return None, ""
-    if mem.cuda_max_allocated_bytes is not None:
-        return mem.cuda_max_allocated_bytes, "GPU max allocated"
-    return mem.peak_rss_bytes, "peak RSS (whole process)" if mem.peak_rss_bytes is not None else ""
+    """The serving peak policy.max_memory_gb judges, and what it is (selection.measures.serving_peak)."""
+    return serving_peak(record)
 
 
 def best_throughput(record: RunRecord) -> tuple[float, int] | None:
@@ -99,9 +95,10 @@ def _task_cell(result: TaskResult | None, verdict: Verdict | None, task: str) ->
     if result is None:
         return Cell(fmt.DASH, "num muted")
     check = next((c for c in verdict.checks if c.name == f"accuracy:{task}"), None) if verdict else None
+    shown = fmt.decided(result, verdict)
     if check is not None and not check.passed:
-        return Cell(fmt.accuracy_ci(result), "num below", check.detail or f"below {check.limit}")
-    return Cell(fmt.accuracy_ci(result), "num", f"n={result.n}, {result.metric}, {result.ci_method} CI")
+        return Cell(fmt.accuracy_ci(shown), "num below", check.detail or f"below {check.limit}")
+    return Cell(fmt.accuracy_ci(shown), "num", f"n={shown.n}, {shown.metric}, {shown.ci_method} CI")
 
 
 def _flips_cell(verdict: Verdict | None) -> Cell:
@@ -128,7 +125,10 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
     for t in tasks:
         floor = task_floor(selection, t)
         columns.append(f"{t} (floor {fmt.pct(floor, 0)})" if floor is not None else t)
-    columns += ["weight GB", "peak GB", "TTFT p50 ms", "e2e p50 ms", "e2e p95 ms", "tok/s (batch)"]
+    has_phases = any(r.memory and (r.memory.load or r.memory.prepare) for r in records)
+    columns += ["weight GB", "serving peak GB", "plan est. GB (measured/plan)"]
+    columns += ["load peak GB", "prepare peak GB"] if has_phases else []
+    columns += ["TTFT p50 ms", "e2e p50 ms", "e2e p95 ms", "tok/s (batch)"]
     columns += ["KL", "top-1 agree"] if has_fidelity else []
     columns += ["flips vs baseline"] if has_flips else []
     columns += ["quantize time"] if has_quant_time else []
@@ -148,7 +148,15 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
         tput = best_throughput(r)
         row += [
             Cell(fmt.gigabytes(r.memory.weight_bytes if r.memory else None), "num"),
-            Cell(fmt.gigabytes(peak), "num", peak_kind),
+            Cell(fmt.gigabytes(peak) + (" *" if peak_kind == PROCESS_PEAK else ""), "num", peak_kind),
+            _planned_cell(r, peak),
+        ]
+        if has_phases:
+            mem = r.memory
+            row += [Cell(fmt.gigabytes(_phase_bytes(mem.load if mem else None)), "num", "loading the checkpoint"),
+                    Cell(fmt.gigabytes(_phase_bytes(mem.prepare if mem else None)) if mem and mem.prepare
+                         else "cached", "num", "converting, quantizing, the fidelity reference (own process)")]
+        row += [
             Cell(fmt.millis(lat.ttft_ms.p50 if lat else None), "num"),
             Cell(fmt.millis(lat.e2e_ms.p50 if lat else None), "num"),
             Cell(fmt.millis(lat.e2e_ms.p95 if lat else None), "num"),
@@ -172,13 +180,31 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
         row.append(Cell("; ".join(reasons), "reasons"))
         table.rows.append(row)
     table.note = (
-        "Accuracy: value [95% CI]; cells below a floor are marked. Peak GB: GPU max allocated where a GPU "
-        "was used, else peak RSS of the whole process. Latency: batch 1 after warm-up. tok/s: best output "
+        "Accuracy: value [95% CI]; cells below a floor are marked. Serving peak: the most memory the variant "
+        "held from the end of its load through evaluation, latency and load tests (GPU reserved where a GPU was "
+        "used, else the process's resident set); policy.max_memory_gb judges it. * marks an older record's "
+        "whole-process peak (preparation and the fidelity baseline included). Plan est.: plan's weights + KV "
+        "cache + activations at the shapes it ran + the runtime measured before it loaded. Load peak: loading "
+        "the checkpoint; prepare peak: converting and quantizing in a process of its own. Latency: batch 1 after warm-up. tok/s: best output "
         "tokens per second over the measured batch sizes. Flips: share of items whose correctness changed "
         "against the same model at the baseline precision (-: became wrong, +: became right). Kernel: what "
         "ran the linear layers (class of the first quantized one); marked: a quantized checkpoint run unpacked."
     )
     return table
+
+
+def _phase_bytes(peak: Any) -> int | None:
+    if peak is None:
+        return None
+    return peak.cuda_reserved_bytes if peak.cuda_reserved_bytes is not None else peak.rss_bytes
+
+
+def _planned_cell(record: RunRecord, measured: int | None) -> Cell:
+    planned = record.memory.planned_serving_bytes if record.memory else None
+    if planned is None:
+        return Cell(fmt.DASH, "num muted")
+    ratio = f" ({measured / planned:.2f}x)" if measured else ""
+    return Cell(fmt.gigabytes(planned) + ratio, "num", "plan's estimate of the serving peak; ratio: measured / plan")
 
 
 def kernel_cell(record: RunRecord) -> Cell:
@@ -209,8 +235,8 @@ def key_numbers(record: RunRecord, reference: RunRecord | None, selection: Selec
                       "sub": sub})
         peak, kind = peak_memory(record)
         if peak is not None:
-            tiles.append({"label": "peak memory", "value": f"{fmt.gigabytes(peak)} GB",
-                          "sub": "GPU" if kind.startswith("GPU") else "process RSS"})
+            tiles.append({"label": "serving peak memory" if kind != PROCESS_PEAK else "process peak memory",
+                          "value": f"{fmt.gigabytes(peak)} GB", "sub": kind})
     lat = record.perf.latency if record.perf else None
     if lat:
         tiles.append({"label": "e2e latency p50", "value": f"{fmt.millis(lat.e2e_ms.p50)} ms",
@@ -222,7 +248,7 @@ def key_numbers(record: RunRecord, reference: RunRecord | None, selection: Selec
         tiles.append({"label": "throughput", "value": f"{fmt.sig(tput[0])} tok/s", "sub": f"batch {tput[1]}"})
     for task in task_names([record], selection):
         result, floor = record.tasks[task], task_floor(selection, task)
-        value, ci = fmt.accuracy_ci(result).split(" ", 1)
+        value, ci = fmt.accuracy_ci(result, verdicts_by_variant(selection).get(record.name)).split(" ", 1)
         floor_text = f"\nfloor {fmt.pct(floor, 0)}" if floor is not None else ""
         tiles.append({"label": task, "value": value, "sub": f"95% CI {ci.strip('[]')}{floor_text}"})
     return tiles

@@ -89,6 +89,7 @@ class SearchDriver:
     first: tuple[str, ...] = ()
     prune_margin: float = 0.05
     tie_tolerance: float = 0.05
+    descending: bool = False  # policy.winner_control=fixed_sequence: largest first, stop below a failure
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -101,14 +102,20 @@ class SearchDriver:
         missing = [n for n in self.first if n not in self.states]
         if missing:
             raise ValueError(f"first names unknown candidates: {', '.join(missing)}")
-        self.order = tuple(c.name for c in search_order(pool, self.tie_tolerance) if c.name not in self.first)
+        ordered = search_order(pool, self.tie_tolerance)
+        if self.descending:  # the selection's fixed sequence walks down the size ladder: so does the search
+            ordered = sorted(pool, key=lambda c: (-c.planned, c.name))
+        self.order = tuple(c.name for c in ordered if c.name not in self.first)
         for name in self.first:
             self.states[name].role = "first"
         for state in self.states.values():
             if not state.candidate.available:
                 state.status, state.reason = "skipped", "unavailable"
-        self.pruning = self.objective in PRUNABLE_OBJECTIVES and not self.complete
-        if self.objective not in PRUNABLE_OBJECTIVES:
+        self.pruning = self.objective in PRUNABLE_OBJECTIVES and not self.complete and not self.descending
+        if self.descending:
+            self.notes.append("fixed sequence: largest first; once one fails a floor, the smaller ones cannot be "
+                              "claimed and are not measured")  # fmt: skip
+        elif self.objective not in PRUNABLE_OBJECTIVES:
             self.notes.append(f"objective {self.objective}: the plan cannot estimate it, so no candidate is pruned; "
                               "only early rejection saves work")  # fmt: skip
         elif self.complete:
@@ -171,6 +178,8 @@ class SearchDriver:
         state.items += outcome.items or 0
         if outcome.status == "eligible" and self.pruning:
             self._prune()
+        if self.descending and outcome.status in ("rejected", "stopped") and not self.complete:
+            self._stop_sequence(name)
 
     @property
     def best(self) -> str | None:
@@ -189,6 +198,15 @@ class SearchDriver:
                 state.reason = (f"not needed: {best.candidate.name} already meets every floor and is smaller "
                                 f"(planned {_gb(state.candidate.planned)} > {_gb(best.measured)} measured "
                                 f"+ {100 * self.prune_margin:g}%)")  # fmt: skip
+
+    def _stop_sequence(self, failed: str) -> None:
+        """Fixed sequence: nothing after the first failure can be claimed, so it is not measured."""
+        for name in self.order:
+            state = self.states[name]
+            if state.status == "pending":
+                state.status = "pruned"
+                state.reason = (f"not needed: the fixed sequence down the size ladder stopped at {failed}, "
+                                "so no smaller variant can be claimed")  # fmt: skip
 
     def _evidence_needed(self) -> str | None:
         """The best candidate's baseline, when it has not seen every item; None otherwise."""

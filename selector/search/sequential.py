@@ -12,8 +12,9 @@ the cost, so alpha goes where it saves the most: an early look stops a clearly f
 before most of its items are scored, while late looks hardly need alpha (few items are left to
 save, sampling without replacement shrinks the tail as n nears N, and a variant that cannot reach
 the threshold even with every remaining item right is rejected with certainty). The last look, at
-N, is exact and spends nothing. O'Brien-Fleming-type spending lets 1/12 correct against a 60% floor
-run past the first look of a 200-item task (16 interim looks); linear spending is close to Pocock.
+N, is exact for every test (0/1 and betting alike) and spends nothing. O'Brien-Fleming-type
+spending lets 1/12 correct against a 60% floor run past the first look of a 200-item task (16
+interim looks); linear spending is close to Pocock.
 benchmarks/adaptive_simulation.py compares the three on items scored.
 
 Several floors per variant: the variant's alpha is split evenly (Bonferroni) over its tests, so
@@ -117,7 +118,9 @@ class FloorTest:
         """Test the floor on the first len(values) items of the evaluation order.
 
         The statistical test uses the prefix up to the last planned look (testing a look twice
-        costs nothing); the certain check uses every item seen."""
+        costs nothing); the certain check uses every item seen. With every item seen the full-set
+        mean is known, so the decision is exact: a betting wealth that crossed 1/alpha on the way
+        (Ville allows it with probability alpha) must not reject a set that meets the threshold."""
         y = self.oriented(values)
         n = y.size
         if n > self.n_total:
@@ -128,6 +131,8 @@ class FloorTest:
         best_case = float(y.sum() + self.n_total - n) / self.n_total
         if best_case < self.target - (1e-9 if self.binary else 0.0):
             return self._decision(True, True, self._scale(best_case), 1.0, n, y)
+        if n == self.n_total:  # every item known: the full-set mean decides, no statistics
+            return self._decision(False, False, self._scale(best_case), 1.0, n, y)
         k = self.look_at(n)
         if k < 0:
             return self._decision(False, False, self._scale(best_case), 1.0, n, y)
@@ -143,8 +148,7 @@ class FloorTest:
             reject = bool(wealth.max() >= math.log(1 / self.alpha))
             upper = bounds.betting_upper(prefix, self.target, self.n_total, self.alpha)
             upper = min(upper, self.target) if reject else max(upper, self.target)  # bisection slack
-        level = 1.0 if n_look == self.n_total else 1 - self.alpha
-        return self._decision(reject, False, self._scale(upper), level, n_look, prefix)
+        return self._decision(reject, False, self._scale(upper), 1 - self.alpha, n_look, prefix)
 
     def _scale(self, y_mean: float) -> float:
         """Oriented mean back to the metric's scale (a difference for non_inferiority)."""
@@ -182,6 +186,10 @@ class FloorTest:
         op = ("<" if higher else ">") if reject else "could still reach"
         if self.kind == "non_inferiority":
             op = "is beyond the" if reject else "could stay within the"
+        if n == self.n_total and not certain:  # exact: the full-set mean itself
+            value = seen
+            op = "is within the" if self.kind == "non_inferiority" else (">=" if higher else "<=")
+            return f"all {n} items seen: {value} {op} {limit}"
         return f"{value} on the full {self.n_total} items ({how}) {op} {limit}"
 
 

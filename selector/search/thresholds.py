@@ -5,8 +5,10 @@ policy's rule?". Each rule is reduced to a threshold t on the full-set mean m_N 
 implies m_N >= t (a ceiling m_N <= t when lower is better):
 
 - point: the floor itself, with the selection's float tolerance (EPS).
-- lower_bound, Wilson: the full-set Wilson lower bound grows with m_N, so pass <=> m_N >= t with t
-  the least full-set mean whose bound clears the floor (k/N for 0/1 scores: exact).
+- lower_bound, Wilson (for fractional scores too, as selector.stats.mean_interval judges them):
+  the full-set Wilson lower bound grows with m_N, so pass <=> m_N >= t with t the least full-set
+  mean whose bound clears the floor (k/N for 0/1 scores: exact).
+- lower_bound, exact (Clopper-Pearson for 0/1 scores): the same search with that interval.
 - lower_bound, bootstrap: no exact map; the percentile interval's low end lies below the point
   estimate (it does whenever more than alpha/2 of the resampled means do, around half of them on
   any realistic eval set), so m_N < floor already fails: t = floor (conservative).
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from selector.stats import wilson_interval
+from selector.stats import clopper_pearson_interval, wilson_interval
 
 EPS = 1e-9  # the selection's tolerance (selector.selection.checks.EPS): 18/30 meets a 0.6 floor
 
@@ -32,14 +34,15 @@ def point_threshold(floor: float, n_total: int, higher_is_better: bool, binary: 
     return _most(lambda k: k / n_total <= floor + EPS, n_total)
 
 
-def wilson_threshold(floor: float, n_total: int, confidence: float, higher_is_better: bool, binary: bool) -> float:
+def wilson_threshold(floor: float, n_total: int, confidence: float, higher_is_better: bool, binary: bool,
+                     interval=wilson_interval) -> float:  # type: ignore[no-untyped-def]
     """The least full-set mean whose Wilson lower bound at n_total clears the floor (for a ceiling:
     the largest whose upper bound stays under it), computed the way the selection computes it.
 
     nan when no full-set result can pass (a floor of 100% under lower_bound, say)."""
 
     def passes(mean: float) -> bool:
-        low, high = wilson_interval(mean * n_total, n_total, confidence)
+        low, high = interval(mean * n_total, n_total, confidence)
         return low >= floor - EPS if higher_is_better else high <= floor + EPS
 
     if binary:
@@ -64,6 +67,9 @@ def full_set_threshold(
     """Threshold on the full-set mean for an accuracy floor under `rule` (see the module doc)."""
     if rule == "lower_bound" and ci_method == "wilson":
         return wilson_threshold(floor, n_total, confidence, higher_is_better, binary)
+    if rule == "lower_bound" and ci_method == "exact":  # Clopper-Pearson, Wilson for fractional scores
+        interval = clopper_pearson_interval if binary else wilson_interval
+        return wilson_threshold(floor, n_total, confidence, higher_is_better, binary, interval)
     if rule in ("point", "lower_bound", "non_inferiority"):  # non_inferiority's floors are point checks
         return point_threshold(floor, n_total, higher_is_better, binary)
     raise ValueError(f"unknown rule {rule!r}")

@@ -13,7 +13,9 @@ from selector.config import PolicyConfig
 from selector.selection.checks import effective_floors
 from selector.selection.evidence import RIGHT_THRESHOLD, Evidence
 from selector.selection.ranking import Ranking, rank
+from selector.selection.partial import runner_up_unknown, unknown_reason
 from selector.stats import paired_sample_size, two_proportion_sample_size
+from selector.types import RunRecord
 
 ALL_FLOORS = "all floors"
 SENSITIVITY_DELTAS = (-0.02, 0.02)  # floors moved by two points either way
@@ -40,13 +42,21 @@ def sensitivity(
     reference: Evidence | None,
     objectives: dict[str, float | None],
     deltas: tuple[float, ...] = SENSITIVITY_DELTAS,
+    sequence: list[str] | None = None,
+    records: list[RunRecord] | None = None,
 ) -> list[dict[str, Any]]:
-    """The winner with each floor moved by each delta, then with all floors moved together."""
+    """The winner with each floor moved by each delta, then with all floors moved together.
+
+    records: every record, stopped and not-needed ones included; a row they leave unknowable says
+    so (selection.partial) and claims no winner and no change."""
     floors = effective_floors(policy, tasks)
-    baseline = rank(evidence, policy, tasks, reference, objectives).winner
+    baseline = rank(evidence, policy, tasks, reference, objectives, sequence).winner
 
     def row(task: str, delta: float, moved: PolicyConfig, floor: float | None) -> dict[str, Any]:
-        winner = rank(evidence, moved, tasks, reference, objectives).winner
+        winner = rank(evidence, moved, tasks, reference, objectives, sequence).winner
+        unknown = unknown_reason(records or [], delta, baseline, winner)
+        if unknown:
+            return {"task": task, "delta": delta, "floor": floor, "winner": None, "changed": False, "note": unknown}
         return {"task": task, "delta": delta, "floor": floor, "winner": winner,
                 "changed": winner != baseline}  # fmt: skip
 
@@ -87,13 +97,19 @@ def runner_up(evidence: dict[str, Evidence], ranking: Ranking) -> str | None:
 
 
 def sample_size_advice(
-    evidence: dict[str, Evidence], ranking: Ranking, confidence: float, power: float = 0.8
+    evidence: dict[str, Evidence], ranking: Ranking, confidence: float, power: float = 0.8,
+    records: list[RunRecord] | None = None,
 ) -> list[dict[str, Any]]:
     """Per task: items needed to tell the winner from the runner-up at `confidence` with `power`.
 
     Paired (McNemar, from the observed discordance) when the two share item ids, else the
-    two-proportion formula from their accuracies. needed is None when they are indistinguishable."""
+    two-proportion formula from their accuracies. needed is None when they are indistinguishable.
+    When the search stopped a variant just below the winner early, one row says it cannot be
+    computed (selection.partial)."""
     winner, other = ranking.winner, runner_up(evidence, ranking)
+    missing = runner_up_unknown(records or [], winner, other)
+    if missing:
+        return [{"variant": winner, "versus": None, "needed": None, "note": f"cannot be computed: {missing}"}]
     if winner is None or other is None:
         return []
     a, b = evidence[winner].record, evidence[other].record

@@ -15,8 +15,9 @@ from selector.selection.knobs import choose_settings
 from selector.selection.measures import e2e_p50_ms, weight_gb
 from selector.selection.precision import pick_baseline, pick_reference
 from selector.selection.ranking import Ranking, format_objective, objective_value, rank
+from selector.selection.sequence import ladder
 from selector.selection.summary import collect_warnings, rejection_reasons, write_summary
-from selector.types import RunRecord, Selection, Verdict
+from selector.types import RunRecord, Selection, TaskInterval, Verdict
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0
@@ -42,9 +43,10 @@ def select(
     reference = evidence.get(reference_record.name) if reference_record else None
     tasks = sorted({task for ev in evidence.values() for task in ev.record.tasks})
     objectives = {name: objective_value(ev.record, policy) for name, ev in evidence.items()}
-    ranking = rank(evidence, policy, tasks, reference, objectives)
+    sequence = ladder(records)
+    ranking = rank(evidence, policy, tasks, reference, objectives, sequence)
     noise = _noise_floor(records, noise_floor)
-    sens = sensitivity(evidence, policy, tasks, reference, objectives)
+    sens = sensitivity(evidence, policy, tasks, reference, objectives, sequence=sequence, records=records)
     ref_name = reference.name if reference else None
     return Selection(
         policy=dataclasses.asdict(policy),
@@ -54,7 +56,7 @@ def select(
         verdicts=_verdicts(records, evidence, ranking, policy),
         pareto=_pareto(evidence),
         sensitivity=sens,
-        sample_size=sample_size_advice(evidence, ranking, policy.confidence),
+        sample_size=sample_size_advice(evidence, ranking, policy.confidence, records=records),
         noise_floor=noise,
         warnings=warnings + collect_warnings(records, evidence, ranking, policy, reference, noise, sens),
         settings=choose_settings(records, policy),
@@ -128,7 +130,9 @@ def _verdicts(
         baseline = pick_baseline(record, records)
         common = {"variant": name, "checks": ranking.checks[name], "objective": objective,
                   "paired": ev.paired, "scores": scores, "baseline": baseline.name if baseline else None,
-                  "baseline_paired": _baseline_diffs(record, baseline, policy)}  # fmt: skip
+                  "baseline_paired": _baseline_diffs(record, baseline, policy),
+                  "intervals": {t: TaskInterval(low=i.low, high=i.high, method=i.method)
+                                for t, i in ev.intervals.items()}}  # fmt: skip
         if name not in ranking.ranked:
             reasons = rejection_reasons(name, ranking, policy)
             verdicts.append(Verdict(status="rejected", reasons=reasons, **common))

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from selector.config import PolicyConfig
-from selector.stats import bootstrap_interval, mcnemar_exact, newcombe_diff_interval, wilson_interval
+from selector.stats import mean_interval, newcombe_diff_interval, wilson_interval
+from selector.stats_paired import paired_binary, paired_fractional
 from selector.types import PairedDiff, RunRecord, TaskResult
 
-RIGHT_THRESHOLD = 0.5  # an item counts as "right" for McNemar when its score is at least this
+RIGHT_THRESHOLD = 0.5  # a fractional score counts as "right" in the flip counts (for people; no test uses it)
 
 
 @dataclass(frozen=True)
@@ -52,17 +53,33 @@ class Evidence:
         return self.weighted_score if self.weighted_score is not None else self.mean_score
 
 
+def is_binary(result: TaskResult) -> bool:
+    """0/1 scores: what the metric declares; for a metric this install does not know (an imported
+    record), whether every stored item score is 0 or 1 (without item scores: a stored Wilson)."""
+    from selector.registry import UnknownNameError
+    from selector.tasks.metrics import METRICS
+
+    try:
+        return bool(METRICS.get(result.metric).binary)
+    except UnknownNameError:
+        if result.item_scores:
+            return all(s in (0.0, 1.0) for s in result.item_scores.values())
+        return result.ci_method == "wilson"
+
+
 def task_interval(
     result: TaskResult, confidence: float, method: str, n_resamples: int, seed: int
 ) -> Interval:
-    """The task's interval at the policy's confidence, recomputed so every variant is judged alike.
-
-    bootstrap needs per-item scores; wilson needs a proportion in [0, 1]. Otherwise the interval
-    stored in the TaskResult is used as it is."""
-    if method == "bootstrap" and result.item_scores:
-        low, high = bootstrap_interval(list(result.item_scores.values()), confidence, n_resamples, seed)
-        return Interval(low, high, "bootstrap")
-    if result.n > 0 and 0.0 <= result.value <= 1.0:
+    """The task's interval at the policy's confidence, recomputed so every variant is judged alike,
+    by the one rule the evaluation and the report use too (selector.stats.mean_interval). Without
+    per-item scores: Wilson for a 0/1 metric (the selection warns when ci_method=bootstrap asked for
+    more), else the interval stored in the TaskResult."""
+    binary = is_binary(result)  # without item scores only a 0/1 metric's interval can be rebuilt
+    if result.item_scores:
+        low, high, used = mean_interval(list(result.item_scores.values()), binary, confidence, method,
+                                        n_resamples, seed)  # fmt: skip
+        return Interval(low, high, used)
+    if binary and result.n > 0 and 0.0 <= result.value <= 1.0:  # bootstrap impossible: Wilson, warned
         low, high = wilson_interval(result.value * result.n, result.n, confidence)
         return Interval(low, high, "wilson")
     return Interval(result.ci_low, result.ci_high, "stored")
@@ -71,19 +88,28 @@ def task_interval(
 def paired_diff(
     variant: TaskResult, reference: TaskResult, confidence: float, n_resamples: int, seed: int
 ) -> PairedDiff | None:
-    """Variant minus reference over the item ids both scored; None when they share none."""
+    """Variant minus reference over the item ids both scored; None when they share none.
+
+    0/1 scores: Tango's score interval and McNemar's exact test; fractional scores: a betting
+    interval of the mean difference and Wilcoxon's signed-rank test, both on the raw scores
+    (selector.stats_paired). n_resamples and seed are kept for callers; no resampling is needed."""
     shared = sorted(variant.item_scores.keys() & reference.item_scores.keys())
     if not shared:
         return None
     v = np.array([variant.item_scores[i] for i in shared], dtype=float)
     r = np.array([reference.item_scores[i] for i in shared], dtype=float)
-    low, high = bootstrap_interval(v - r, confidence, n_resamples, seed)
-    v_right, r_right = v >= RIGHT_THRESHOLD, r >= RIGHT_THRESHOLD
-    to_wrong = int(np.sum(r_right & ~v_right))
-    to_right = int(np.sum(~r_right & v_right))
+    binary = is_binary(variant) and is_binary(reference) and bool(np.all(np.isin(v, (0, 1)) & np.isin(r, (0, 1))))
+    if binary:
+        low, high, to_wrong, to_right, p = paired_binary(v, r, confidence)
+        method, test, mcnemar = "tango", "mcnemar", p
+    else:
+        low, high, p = paired_fractional(v - r, confidence)
+        v_right, r_right = v >= RIGHT_THRESHOLD, r >= RIGHT_THRESHOLD
+        to_wrong, to_right = int(np.sum(r_right & ~v_right)), int(np.sum(~r_right & v_right))
+        method, test, mcnemar = "betting", "wilcoxon", None
     return PairedDiff(
         task=variant.task, diff=float(np.mean(v - r)), ci_low=low, ci_high=high, n=len(shared),
-        flips_to_wrong=to_wrong, flips_to_right=to_right, mcnemar_p=mcnemar_exact(to_wrong, to_right),
+        flips_to_wrong=to_wrong, flips_to_right=to_right, mcnemar_p=mcnemar, method=method, test=test, p_value=p,
     )  # fmt: skip
 
 

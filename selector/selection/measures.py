@@ -97,14 +97,31 @@ def weight_gb(record: RunRecord) -> float | None:
     return record.memory.weight_bytes / GB if record.memory is not None else None
 
 
-def peak_memory_gb(record: RunRecord) -> float | None:
-    """Peak VRAM (CUDA reserved) when measured on a GPU, else the process's peak RSS."""
+SERVING_GPU = "serving peak (GPU reserved)"
+SERVING_RSS = "serving peak (RSS)"
+PROCESS_PEAK = "process peak (older record: preparation and baseline included)"
+
+
+def serving_peak(record: RunRecord) -> tuple[int | None, str]:
+    """The memory serving the variant needs, and what the figure is (docs/memory.md): on a GPU the
+    serving phase's reserved VRAM, on CPU its peak resident set. A record made before phases were
+    measured apart has only its worker's whole peak (converting, quantizing and the fidelity
+    baseline included): that figure, labelled as such."""
     memory = record.memory
     if memory is None:
-        return None
-    peak = memory.cuda_max_reserved_bytes
-    if peak is None:
-        peak = memory.peak_rss_bytes
+        return None, ""
+    if memory.serving is not None:
+        if memory.serving.cuda_reserved_bytes is not None:
+            return memory.serving.cuda_reserved_bytes, SERVING_GPU
+        if memory.serving.rss_bytes is not None:
+            return memory.serving.rss_bytes, SERVING_RSS
+    peak = memory.cuda_max_reserved_bytes if memory.cuda_max_reserved_bytes is not None else memory.peak_rss_bytes
+    return (peak, PROCESS_PEAK) if peak is not None else (None, "")
+
+
+def peak_memory_gb(record: RunRecord) -> float | None:
+    """The serving peak in GB (what policy.max_memory_gb judges)."""
+    peak, _ = serving_peak(record)
     return peak / GB if peak is not None else None
 
 

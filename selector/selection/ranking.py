@@ -13,6 +13,7 @@ from selector.selection.cost import cost_at_traffic, money
 from selector.selection.evidence import Evidence
 from selector.selection.knobs import setting_rank, shared_objectives
 from selector.selection.measures import cost_per_million_tokens, e2e_p50_ms, weight_gb
+from selector.selection.sequence import blocked_check, walk
 from selector.types import Check, RunRecord
 
 # objective -> (what it is, unit, how a person reads "lowest")
@@ -67,8 +68,17 @@ def rank(
     tasks: list[str],
     reference: Evidence | None,
     objectives: dict[str, float | None],
+    sequence: list[str] | None = None,
 ) -> Ranking:
+    """sequence: the size ladder (selection.sequence.ladder) when policy.winner_control is
+    fixed_sequence; variants that pass below its first failure are blocked with a check saying so."""
     checks = {name: build_checks(ev, policy, tasks, reference) for name, ev in evidence.items()}
+    if policy.winner_control == "fixed_sequence" and sequence is not None:
+        passes = {name: all(c.passed for c in checks.get(name, [])) and name in checks for name in sequence}
+        claimed, stopped_at = walk(sequence, passes)
+        for name in checks:
+            if stopped_at is not None and name not in claimed and passes.get(name, False):
+                checks[name] = [*checks[name], blocked_check(stopped_at)]
     eligible = [
         name for name in evidence
         if objectives[name] is not None and all(c.passed for c in checks[name])

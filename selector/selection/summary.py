@@ -161,6 +161,11 @@ def collect_warnings(
             used = ", ".join(lacking)
             warnings.append(f"ci_method=bootstrap needs per-item scores; used Wilson intervals for: {used}")
     warnings += _noise(evidence, ranking, noise_floor)
+    unknown = [row for row in sensitivity_rows if row.get("note")]
+    if unknown:
+        moves = ", ".join(f"{row['task']} {row['delta'] * 100:+.0f}" for row in unknown)
+        warnings.append(f"Sensitivity after an adaptive search: the winner under {moves} points "
+                        f"{unknown[0]['note']}{' (and similar)' if len(unknown) > 1 else ''}.")
     for row in sensitivity_rows:
         if row["changed"]:
             which = "all floors move" if row["task"] == "all floors" else f"the {row['task']} floor moves"

@@ -77,6 +77,12 @@ class SweepCallback(Callback):
         base.mkdir(parents=True, exist_ok=True)
         last_sweep_dir = base.resolve()
         reference = preflight.reference_variant(planned)
+        from selector.compose import given_keys
+        from selector.sweep import order_seed
+
+        _, ehash = preflight.load_tasks(first)
+        seed, seed_source = order_seed.resolve(first.search.seed, first.seed, "seed" in given_keys(planned[0].overrides),
+                                               first.output_dir, ehash)
         state = {
             # The sweep's own resolved config: the end of the sweep selects with ITS policy, whatever
             # the (possibly reused) records were measured under.
@@ -88,6 +94,8 @@ class SweepCallback(Callback):
             "reference": reference,
             "reference_evaluation_key": next((p.evaluation_key for p in planned if p.name == reference), None),
             "variants": [p.describe() for p in planned],
+            "order_seed": seed,  # the item order every variant of this sweep is scored in
+            "order_seed_source": seed_source,
             "serving_knobs": list(planned[0].setting),  # the knobs it varies: names and job folders say the setting
         }
         write_state(base, state)

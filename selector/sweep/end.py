@@ -32,7 +32,8 @@ def finish_sweep(base: Path, wall_s: float) -> None:
     context = report_context(cfg, state, base, wall_s)
     saved = savings(records, state) if adaptive else None
     if saved:
-        context["search"] = {**state["search"], "savings": saved}
+        context["search"] = {**state["search"], "savings": saved, "order_seed": state.get("order_seed"),
+                             "order_seed_source": state.get("order_seed_source")}
     from selector.report.samples import load_samples
 
     if cfg.compare_to:
@@ -64,6 +65,11 @@ def finish_sweep(base: Path, wall_s: float) -> None:
     print_terminal_summary(records, selection)
     if saved:
         print("\n" + summary_line(saved))
+        from selector.report.sections import wave_lines
+
+        heading, waves = wave_lines(state["search"])
+        if heading:
+            print("\n".join([heading + ":", *("  " + line for line in waves)]))
     print(f"\nReport: {paths['html']}\n        {paths['md']}\n        {paths['json']}")
     hint = tracker.ui_hint(state.get("parent_run_id"), [r.mlflow_run_id for r in records if r.mlflow_run_id])
     if hint:

@@ -66,6 +66,12 @@ def _cost(task: Any) -> tuple[int, int]:
     return (task.type == "generate", task.max_new_tokens if task.type == "generate" else 0)
 
 
+def order_seed_of(cfg: Any) -> int:
+    """The item order's seed: the sweep's (search.seed, set by the sweep's start when drawn), else
+    `seed` for a variant run outside a sweep (selector.sweep.order_seed)."""
+    return cfg.search.seed if cfg.search.seed is not None else cfg.seed
+
+
 def evaluation_orders(tasks: list[Any], seed: int) -> dict[str, list[str]]:
     """Each task's item ids in the seeded order adaptive search scores them."""
     from selector.search.sequential import evaluation_order
@@ -138,7 +144,8 @@ def run(tasks: list[Any], store: ItemStore, evaluate: Evaluate, *, seed: int, ro
     samples = {name: {i: seen[name][i] for i in ids[: used[name]]} for name, ids in order.items()}
     info = SearchInfo(strategy=strategy, items_evaluated=sum(used.values()),
                       items_total=sum(len(ids) for ids in order.values()),
-                      items_reused=sum(len(stored[n] & set(ids[: used[n]])) for n, ids in order.items()))
+                      items_reused=sum(len(stored[n] & set(ids[: used[n]])) for n, ids in order.items()),
+                      order_seed=seed)
     if decision is not None:
         info.stopped_by, info.task, info.bound, info.level = decision.reason, decision.task, decision.bound, decision.level
     return Outcome(samples, info, decision)

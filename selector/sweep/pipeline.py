@@ -17,21 +17,13 @@ from selector.config import SelectorConfig, to_dict
 from selector.errors import UnavailableError
 from selector.measure.contention import CpuShare
 from selector.sweep import evaluation
+from selector.sweep.device import resolve_device
 from selector.sweep.faults import maybe_inject
 from selector.sweep.jobfiles import JobFiles, now, variant_of
-from selector.types import ErrorInfo, PerfResult, RunRecord, SampleRecord
+from selector.measure.memory import PhaseMeter, current_rss_bytes
+from selector.types import ErrorInfo, PeakMemory, PerfResult, RunRecord, SampleRecord
 
 log = logging.getLogger("selector.sweep.pipeline")
-
-
-def resolve_device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UnavailableError(f"device={name} was asked for but CUDA is not available on this machine")
-    return name
 
 
 class VariantRun:
@@ -44,6 +36,10 @@ class VariantRun:
         self.record = RunRecord(key=key, variant=self.variant, status="failed", config=to_dict(cfg), started_at=now())
         self.stage = "preflight"
         self.decision = None  # set when adaptive search finds a floor out of reach
+        self.meter: PhaseMeter | None = None  # the current phase's peak memory (measure/memory.py)
+        self.phases: dict[str, PeakMemory] = {}  # prepare, load: peaks of the phases already over
+        self.runtime_rss: int | None = None
+        self.tasks: list = []  # type: ignore[type-arg]
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
@@ -96,21 +92,28 @@ class VariantRun:
         device = resolve_device(cfg.device)
         self.record.environment = environment(device)
         backend = self._check_available(device)
-        tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
+        tasks = self.tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
         if any(t.metric == "code_tests" for t in tasks):
             from selector.tasks.sandbox import isolation
 
             # generated code runs here, and how well it is contained depends on this machine's kernel
             self.record.environment["code_sandbox"] = list(isolation())
         self._prepare_evaluation(tasks)
-        self.decision = evaluation.decide_from_store(self.stopper, evaluation.evaluation_orders(tasks, cfg.seed),
-                                                     {t.name: self.store.load(t.name) for t in tasks}, self.reference,
-                                                     cfg.search.round_size)
+        order = evaluation.evaluation_orders(tasks, evaluation.order_seed_of(cfg))
+        self.decision = evaluation.decide_from_store(self.stopper, order, {t.name: self.store.load(t.name) for t in tasks},
+                                                     self.reference, cfg.search.round_size)
         if self.decision is not None:  # the items already scored settle it: no model needs to load
             self._evaluate(None, tasks)
             return
+        self._prepare(backend, device, tasks)
+        _import_runtime(backend)  # so the runtime figure holds the libraries, and the load phase only the model
+        self.meter = PhaseMeter(device)
+        self.meter.start()
+        self.runtime_rss = current_rss_bytes()
         with self.timed("load"):
             resolved, loaded = self._materialize(backend, device, tasks)
+        self.phases["load"] = self.meter.read()
+        self.meter.start()  # from here on: serving it
         with CpuShare() as share:  # another busy process on the machine slows every figure down
             if cfg.engine.kind == "openai":
                 self._run_served(resolved, loaded, tasks, device)
@@ -127,11 +130,24 @@ class VariantRun:
             raise UnavailableError(why)
         return get_backend(self.cfg.precision.backend)
 
+    def _prepare(self, backend, device: str, tasks) -> None:  # type: ignore[no-untyped-def]
+        """Convert, quantize and compute the fidelity reference in a process of its own, when any is missing."""
+        from selector.sweep.prepare import prepare_in_child, reasons_to_prepare
+
+        reasons = reasons_to_prepare(self.cfg, backend, tasks)
+        if not reasons:
+            return
+        with self.timed("prepare"):
+            log.info("preparing %s in a separate process: %s", self.variant.name, "; ".join(reasons))
+            prepared = prepare_in_child(self.cfg, self.searchpath, self.files.dir)
+        self.phases["prepare"] = prepared.peak
+        self.record.config["prepared"] = prepared.did
+
     def _materialize(self, backend, device: str, tasks):  # type: ignore[no-untyped-def]
         """Resolve the model source, then load it at the precision (quantizing or reusing the cache)."""
         from selector import models
-        from selector.measure.memory import reset_cuda_peak
         from selector.precisions.base import LoadContext
+        from selector.precisions.calibration import calibration_texts
 
         cfg = self.cfg
         resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name)
@@ -141,9 +157,8 @@ class VariantRun:
             device=device,
             cache_dir=Path(cfg.cache_dir),
             calibration=cfg.calibration,
-            calibration_texts=lambda: _calibration_texts(cfg, tasks),
+            calibration_texts=lambda: calibration_texts(cfg.calibration, tasks),
         )
-        reset_cuda_peak()
         loaded = backend.load(resolved, cfg.precision, ctx)
         self.record.kernel = loaded.kernel
         if loaded.quant is not None:
@@ -197,6 +212,7 @@ class VariantRun:
         from contextlib import ExitStack
 
         from selector.measure.load import run_server_load
+        from selector.measure.memory import server_peak
         from selector.serving.session import release_model, served_engine, serving_checkpoint
 
         cfg = self.cfg
@@ -204,6 +220,7 @@ class VariantRun:
         if cfg.measure.fidelity:
             with self.timed("fidelity"):
                 self._fidelity(loaded, tasks)
+        self.meter = None  # what serves it is the server: its processes' peak, read below
         self._measure_memory(resolved, loaded, device)
         release_model(loaded)
         with ExitStack() as server:  # stopped on the way out, whatever happens inside
@@ -211,18 +228,22 @@ class VariantRun:
                 served = server.enter_context(served_engine(
                     cfg.engine, model_path=checkpoint, dtype=cfg.precision.dtype, log_dir=self.files.dir,
                     threads=cfg.threads))
-            with self.timed("evaluate"):
-                self._evaluate(served.engine, tasks)
-            if self.decision is not None:
-                return
-            with self.timed("measure"):
-                self.record.perf = PerfResult(device=device)
-                if cfg.measure.load.enabled:
-                    self.record.perf.load = run_server_load(served, tasks, cfg)
-                if cfg.measure.load.capacity:  # on the same running server, after the ladder
-                    from selector.measure.load import run_server_capacity
+            try:
+                with self.timed("evaluate"):
+                    self._evaluate(served.engine, tasks)
+                if self.decision is not None:
+                    return
+                with self.timed("measure"):
+                    self.record.perf = PerfResult(device=device)
+                    if cfg.measure.load.enabled:
+                        self.record.perf.load = run_server_load(served, tasks, cfg)
+                    if cfg.measure.load.capacity:  # on the same running server, after the ladder
+                        from selector.measure.load import run_server_capacity
 
-                    self.record.perf.capacity = run_server_capacity(served, tasks, cfg)
+                        self.record.perf.capacity = run_server_capacity(served, tasks, cfg)
+            finally:
+                if self.record.memory is not None:
+                    self.record.memory.serving = server_peak(served.processes())
 
     def _measure_memory(self, resolved, loaded, device: str) -> None:  # type: ignore[no-untyped-def]
         from selector.measure.memory import measure_memory
@@ -231,10 +252,28 @@ class VariantRun:
 
         artifact = loaded.quant.artifact_bytes if loaded.quant and loaded.quant.artifact_bytes else None
         on_disk = artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
-        self.record.memory = measure_memory(loaded.model, device, on_disk)
+        serving = self.meter.read() if self.meter is not None else None
+        self.record.memory = measure_memory(loaded.model, device, on_disk, serving=serving,
+                                            load=self.phases.get("load"), prepare=self.phases.get("prepare"),
+                                            runtime_rss_bytes=self.runtime_rss)
+        self.record.memory.planned_serving_bytes = self._planned_serving(loaded, device)
         quant, kernel = self.record.quant, self.record.kernel
         if quant and kernel and kernel.unpacked:  # read off the modules: plain Linear where a quantized model was loaded
             quant.notes.append(unpacked_note(kernel))
+
+    def _planned_serving(self, loaded, device: str) -> int | None:  # type: ignore[no-untyped-def]
+        """plan's estimate of the serving peak, at the shapes this variant ran, beside the measured one."""
+        from selector.measure.fidelity import PromptEncoder
+        from selector.plan.estimate import serving_bytes, serving_shape
+
+        if self.runtime_rss is None or loaded.tokenizer is None:
+            return None
+        try:
+            batch, context = serving_shape(self.cfg, self.tasks, PromptEncoder(loaded.tokenizer).encode)
+            return serving_bytes(self.cfg, device, batch=batch, context=context, runtime_bytes=self.runtime_rss)
+        except Exception as e:  # an estimate beside the figure: never a reason to lose the figure
+            log.warning("no plan estimate of the serving peak: %s: %s", type(e).__name__, e)
+            return None
 
     def _prepare_evaluation(self, tasks) -> None:  # type: ignore[no-untyped-def]
         """The item store of this variant's evaluation key, and the floors' tests when it may stop early."""
@@ -263,7 +302,7 @@ class VariantRun:
                                    "and this sweep names no reference")
         store = evaluation.ItemStore(self.cfg.output_dir, self.reference_key)
         seen = {t.name: store.load(t.name) for t in tasks}
-        return evaluation.prefix_scores(evaluation.evaluation_orders(tasks, self.cfg.seed), seen)
+        return evaluation.prefix_scores(evaluation.evaluation_orders(tasks, evaluation.order_seed_of(self.cfg)), seen)
 
     def _evaluate(self, engine, tasks) -> None:  # type: ignore[no-untyped-def]
         """Score the items (reusing stored ones), in rounds when the search may stop early."""
@@ -279,14 +318,15 @@ class VariantRun:
                 return self._score_items(engine, task, ids, bar)
 
             round_size = cfg.search.round_size if self.stopper is not None else None
-            outcome = evaluation.run(tasks, self.store, score, seed=cfg.seed, round_size=round_size,
+            outcome = evaluation.run(tasks, self.store, score, seed=evaluation.order_seed_of(cfg), round_size=round_size,
                                      stopper=self.stopper, reference=self.reference, strategy=cfg.search.strategy)
         by_name = {t.name: t for t in tasks}
         with self.files.samples.open("w") as sink:
             for name, samples in outcome.samples.items():
                 sink.write("".join(r.model_dump_json() + "\n" for r in samples.values()))
                 if samples:
-                    result = summarize(by_name[name], {i: r.score for i, r in samples.items()}, cfg.policy.confidence)
+                    result = summarize(by_name[name], {i: r.score for i, r in samples.items()}, cfg.policy.confidence,
+                                       cfg.policy.ci_method)
                     self.record.tasks[name] = result
                     log.info("%s %s: %.3f [%.3f, %.3f] n=%d", self.variant.name, name, result.value, result.ci_low,
                              result.ci_high, result.n)
@@ -330,17 +370,19 @@ class VariantRun:
         log.info("noise floor of %s over %d re-evaluations: %s", self.variant.name, nf.repeats, spread)
 
     def _fidelity(self, loaded, tasks) -> None:  # type: ignore[no-untyped-def]
-        try:
-            from selector.measure.fidelity import measure_fidelity
-        except ImportError:
-            return
-        self.record.fidelity = measure_fidelity(loaded, tasks, self.cfg, self.searchpath)
+        from selector.measure.fidelity import measure_fidelity
+
+        self.record.fidelity = measure_fidelity(loaded, tasks, self.cfg)
 
 
-def _calibration_texts(cfg: SelectorConfig, tasks: list) -> list[str]:  # type: ignore[type-arg]
-    from selector.precisions.calibration import calibration_texts
+def _import_runtime(backend) -> None:  # type: ignore[no-untyped-def]
+    """Import what loading the model imports (transformers' model classes, the precision's library):
+    hundreds of MB of code and tables that any process serving this model holds before its weights."""
+    import importlib
 
-    return calibration_texts(cfg.calibration, tasks)
+    for name in ("transformers.models.auto.modeling_auto", backend.library):
+        if name:
+            importlib.import_module(name)
 
 
 def _one_line(e: BaseException) -> str:

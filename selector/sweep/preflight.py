@@ -149,6 +149,7 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
         check_engine_knobs(p.cfg, given_keys(p.overrides), knobs)
         p.setting = setting_of(p.cfg, knobs)
     adhoc.check_distinct_names(planned)
+    check_reference(planned, choices, given_keys(jobs[0]) if jobs else frozenset())
     policy_notices(planned[0].cfg, notices)
     check_engine_and_load(planned[0].cfg, choices)
     check_compare_to(planned[0].cfg)
@@ -218,6 +219,27 @@ def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
         rows = read_request_file(load.requests, load.new_tokens) if load.requests else []  # a bad row stops it now
         if load.enabled and not (rows and has_arrivals(rows)):  # recorded arrivals are a level of their own
             levels_of(load)
+
+
+def check_reference(planned: list[PlannedVariant], choices: dict[str, str] | None,
+                    given: frozenset[str] = frozenset()) -> None:
+    """non_inferiority compares every variant with the reference: a sweep with no other variant
+    that can run has nothing to compare, and would recommend the reference by default."""
+    from selector.config import CONF_DIR, yaml_line
+
+    cfg = planned[0].cfg
+    runnable = [p.name for p in planned if p.available]
+    if cfg.policy.rule != "non_inferiority" or len(runnable) != 1:
+        return
+    choice = (choices or {}).get("policy")
+    if "policy.rule" in given or not choice:
+        where = "command line"
+    else:
+        line = yaml_line(CONF_DIR / "policy" / f"{choice}.yaml", ["rule"])
+        where = f"conf/policy/{choice}.yaml" + (f":{line}" if line else "")
+    raise ConfigError(where, "policy.rule", f"non_inferiority compares each variant with the reference (the largest "
+                      f"model at its highest precision), but {runnable[0]} is the only variant of this sweep that can "
+                      "run: add another (e.g. precision=bf16,int8) or use rule=point")
 
 
 def check_compare_to(cfg: SelectorConfig) -> None:

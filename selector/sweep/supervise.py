@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from selector.types import ErrorInfo, RunRecord
 
 log = logging.getLogger("selector.sweep.supervise")
 LOG_TAIL_LINES = 200  # a native crash prints a long module list after the useful lines
+FAILURE_TAIL_LINES = 25  # shown on the console when a variant fails (all of them are in its record)
 
 
 def record_store(cfg: SelectorConfig) -> Path:
@@ -49,7 +51,8 @@ def run_variant(cfg: SelectorConfig, key: str, job_dir: Path, extra_config: dict
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     tail = LogTail()
-    tee = threading.Thread(target=_tee, args=(proc, files.log, tail), daemon=True)
+    console = None if cfg.verbose else ConsoleFilter()
+    tee = threading.Thread(target=_tee, args=(proc, files.log, tail, console), daemon=True)
     tee.start()
     timed_out = False
     try:
@@ -66,8 +69,35 @@ def run_variant(cfg: SelectorConfig, key: str, job_dir: Path, extra_config: dict
         record = RunRecord.load(files.record)
     else:
         record = _crash_record(cfg, key, files, proc.returncode, timed_out, tail.text())
+    if record.status == "failed" and console is not None:  # what the console left out, where it matters
+        last = "".join(list(tail.lines)[-FAILURE_TAIL_LINES:])
+        log.error("%s failed; the last lines of %s:\n%s", record.name, files.log, last.rstrip())
     record.config.update(extra_config)
     return record
+
+
+class ConsoleFilter:
+    """Which of the worker's output reaches the console: selector's own log lines and its evaluation
+    bar. Libraries' output (gptqmodel's tables, loading bars, per-layer messages: thousands of lines
+    on a cold sweep) stays in worker.log; `verbose=true` shows it all."""
+
+    OWN_LINE = re.compile(r"^\[[^\]]*\]\[selector[.\]]")
+    OWN_BAR = "evaluate "  # the tqdm bar the worker draws while scoring items (pipeline.py)
+
+    def __init__(self) -> None:
+        self.partial = ""
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, chunk: bytes) -> str:
+        """The part of `chunk` to show, with the terminators that keep a bar drawing in place."""
+        text = self.partial + self.decoder.decode(chunk)
+        pieces = re.split(r"([\r\n])", text)
+        self.partial = pieces.pop()  # no terminator yet
+        shown = []
+        for piece, end in zip(pieces[0::2], pieces[1::2]):
+            if self.OWN_LINE.match(piece) or piece.lstrip().startswith(self.OWN_BAR):
+                shown.append(piece + end)
+        return "".join(shown)
 
 
 class LogTail:
@@ -89,13 +119,17 @@ class LogTail:
         return "".join(self.lines) + self.partial
 
 
-def _tee(proc: subprocess.Popen, log_path: Path, tail: LogTail) -> None:  # type: ignore[type-arg]
-    """Copy the worker's output to our stderr (progress bars stay live) and to worker.log."""
+def _tee(proc: subprocess.Popen, log_path: Path, tail: LogTail,  # type: ignore[type-arg]
+         console: ConsoleFilter | None) -> None:
+    """Copy the worker's output to worker.log and to our stderr: all of it (progress bars stay
+    live), or what `console` lets through."""
     assert proc.stdout is not None
     with log_path.open("ab") as out:
         for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
-            sys.stderr.buffer.write(chunk)
-            sys.stderr.buffer.flush()
+            shown = chunk if console is None else console.feed(chunk).encode()
+            if shown:
+                sys.stderr.buffer.write(shown)
+                sys.stderr.buffer.flush()
             out.write(chunk)
             out.flush()
             tail.feed(chunk)

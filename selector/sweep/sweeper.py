@@ -3,8 +3,8 @@ runs it as the sweeper plugin `hydra/sweeper=selector` (hydra_plugins/selector_s
 Hydra requires plugins to live under).
 
 `search=grid` launches every variant at once, as Hydra's basic sweeper does. `search=adaptive`
-(the default) hands the launcher waves of as many variants as it has workers, smallest planned
-weight memory first (selector.search.driver), reads each wave's records back, and prunes the
+(the default) hands the launcher waves of as many variants as it runs at once (selector.sweep.width),
+smallest planned weight memory first (selector.search.driver), reads each wave's records back, and prunes the
 variants that can no longer win before the next wave; the runs that must see every item (the
 reference under non_inferiority, the winner's own baseline as evidence) get `search.stop_early=false`.
 What it decided and why goes to sweep.json for the end of the sweep (docs/search.md).
@@ -61,38 +61,36 @@ class SweepRunner:
         from selector.compose import config_from_dict
         from selector.search.driver import SearchDriver
         from selector.sweep.outcomes import candidates, outcomes
+        from selector.sweep.width import search_width
 
         variants = state["variants"]
         by_name = {v["name"]: job for v, job in zip(variants, jobs)}
         cfg = config_from_dict(state["config"])
-        workers = search.get("workers") or _launcher_workers(self.config)
+        width = search_width(self.config)
+        if width.hint:
+            log.warning("%s: %s", width.source, width.hint)
         first = (state["reference"],) if cfg.policy.rule == "non_inferiority" and state.get("reference") else ()
-        driver = SearchDriver(candidates(variants), workers=int(workers), objective=cfg.policy.objective,
+        driver = SearchDriver(candidates(variants), workers=width.workers, objective=cfg.policy.objective,
                               complete=bool(search.get("complete")), first=first,
-                              prune_margin=float(search.get("prune_margin", 0.05)))
-        log.info("adaptive search over %d variants, %d at a time, in this order: %s", len(variants), driver.workers,
-                 ", ".join(driver.order))
-        results, index = [], 0
+                              prune_margin=float(search.get("prune_margin", 0.05)),
+                              descending=cfg.policy.winner_control == "fixed_sequence")
+        log.info("adaptive search over %d variants, %d at a time (%s), in this order: %s", len(variants),
+                 driver.workers, width.source, ", ".join(driver.order))
+        results, index, waves = [], 0, []
         while not driver.done:
             wave = driver.next_wave()
             if wave is None:  # waves run to the end before the next starts, so this means done
                 break
             batch = [by_name[name] + ([FULL] if wave.full else []) for name in wave.names]
             log.info("%s wave: %s", wave.kind, ", ".join(wave.names))
+            started = time.time()
             results.append(self._launch(batch, index))
+            waves.append({"kind": wave.kind, "names": list(wave.names), "wall_s": round(time.time() - started, 1)})
             index += len(batch)
             for name, outcome in outcomes(base, cfg.policy, wave.names).items():
                 driver.report(name, outcome)
         summary = {"order": list(driver.order), "first": list(first), "workers": driver.workers,
+                   "width_source": width.source, "waves": waves,
                    "verdicts": [{"name": n, "status": s, "reason": r} for n, s, r in driver.verdicts()],
                    "counts": driver.counts(), "notes": driver.notes}
         return results, summary
-
-
-def _launcher_workers(config: DictConfig) -> int:
-    """How many variants the launcher runs at once: joblib's n_jobs, SLURM's array parallelism."""
-    for key in ("hydra.launcher.n_jobs", "hydra.launcher.array_parallelism"):
-        value = OmegaConf.select(config, key)
-        if isinstance(value, int) and value > 0:
-            return value
-    return 1

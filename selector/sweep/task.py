@@ -38,6 +38,8 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     tasks, ehash = preflight.load_tasks(cfg)
     key = variant_key(cfg, ehash)
     state = read_state()
+    if cfg.search.seed is None and state.get("order_seed") is not None:
+        cfg.search.seed = int(state["order_seed"])  # the sweep's item order (selector.sweep.order_seed)
     parent = state.get("parent_run_id")
     if state.get("tracking_uri") and cfg.tracker.kind == "mlflow":
         # The store the parent run is in: a local fallback when the server was down at sweep start.

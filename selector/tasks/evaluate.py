@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from selector.engines.base import Engine, GenerationRequest, LoglikelihoodRequest, Progress
-from selector.stats import bootstrap_interval, wilson_interval
+from selector.stats import mean_interval
 from selector.tasks.task import Task
 from selector.tasks.metrics import ScoreInput, get_metric, pick_choice
 from selector.tasks.prompts import build_requests, resolve_style
@@ -24,6 +24,7 @@ def evaluate_task(
     confidence: float = 0.95,
     on_sample: Callable[[SampleRecord], None] | None = None,
     progress: Progress | None = None,
+    ci_method: str = "wilson",
 ) -> tuple[TaskResult, list[SampleRecord]]:
     """Score every item of `task`. The whole task goes to the engine in one call, so it batches;
     `progress` is called with the number of items just finished."""
@@ -55,23 +56,20 @@ def evaluate_task(
         if on_sample is not None:
             on_sample(record)
 
-    return summarize(task, {r.id: r.score for r in records}, confidence), records
+    return summarize(task, {r.id: r.score for r in records}, confidence, ci_method), records
 
 
-def summarize(task: Task, item_scores: dict[str, float], confidence: float = 0.95) -> TaskResult:
+def summarize(task: Task, item_scores: dict[str, float], confidence: float = 0.95,
+              ci_method: str = "wilson") -> TaskResult:
     """A task's result over the items scored so far (all of them, or the prefix an adaptive search
-    evaluated): the mean with its interval (Wilson for 0/1 scores, bootstrap otherwise)."""
+    evaluated): the mean with the interval the selection uses too (selector.stats.mean_interval:
+    Wilson, or the bootstrap with ci_method=bootstrap)."""
     metric = get_metric(task.metric)
     values = list(item_scores.values())
     n = len(values)
     if n == 0:
         raise ValueError(f"task {task.name}: no scored items to summarize")
-    if metric.binary:
-        low, high = wilson_interval(sum(values), n, confidence)
-        method = "wilson"
-    else:
-        low, high = bootstrap_interval(values, confidence)
-        method = "bootstrap"
+    low, high, method = mean_interval(values, metric.binary, confidence, ci_method)
     return TaskResult(task=task.name, metric=task.metric, value=sum(values) / n, ci_low=low, ci_high=high, n=n,
                       higher_is_better=metric.higher_is_better, ci_method=method, item_scores=dict(item_scores))
 

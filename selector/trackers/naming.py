@@ -109,10 +109,16 @@ def record_metrics(record: RunRecord) -> dict[str, float]:
     if record.memory:
         mem = record.memory
         m["memory/weight_gb"] = mem.weight_bytes / GB
-        for field in ("peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes", "artifact_bytes"):
+        for field in ("peak_rss_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes", "artifact_bytes",
+                      "runtime_rss_bytes", "planned_serving_bytes"):
             value = getattr(mem, field)
             if value is not None:
                 m[f"memory/{field.replace('_bytes', '')}_gb"] = value / GB
+        for phase in ("serving", "load", "prepare"):  # memory/serving/rss_gb, memory/load/cuda_reserved_gb, ...
+            peak = getattr(mem, phase)
+            for field, value in (peak.model_dump() if peak else {}).items():
+                if value is not None:
+                    m[f"memory/{phase}/{field.replace('_bytes', '')}_gb"] = value / GB
     if record.fidelity:
         m["fidelity/mean_kl"] = record.fidelity.mean_kl
         m["fidelity/top1_agreement"] = record.fidelity.top1_agreement

@@ -62,6 +62,10 @@ def test_row_missing_a_template_field(tiny_setup: dict[str, Path]) -> None:
         ("model.colour=blue", ("model.colour",)),
         ("policy.rule=strictest", ("command line", "policy.rule", "lower_bound")),
         ("policy.floors.code=70", ("policy.floors.code", "fractions")),
+        ("search.alpha=0.6", ("command line", "search.alpha", "between 0 and 0.5")),
+        ("policy.confidence=0.5", ("command line", "policy.confidence", "(0, 0.5)")),
+        ("policy.default_margin=-0.02", ("command line", "policy.default_margin", "allowed drop")),
+        ("policy.rule=non_inferiority", ("command line", "policy.rule", "only variant", "rule=point")),
     ],
 )
 def test_bad_config_is_a_usage_error(tmp_path: Path, override: str, needles: tuple[str, ...]) -> None:

@@ -108,6 +108,8 @@ def test_adaptive_search_runs_in_waves_of_the_pool_size(tmp_path: Path) -> None:
     [state] = [json.loads(p.read_text()) for p in out.glob("sweeps/*/sweep.json")]
     search = state["search"]
     assert search["workers"] == 2 and search["order"] == ["tiny/int8", "tiny/bf16", "tiny/fp32"]
+    assert search["width_source"] == "joblib: n_jobs=2"
+    assert [(w["kind"], w["names"]) for w in search["waves"]] == [("search", ["tiny/int8", "tiny/bf16"])]
     statuses = {v["name"]: v["status"] for v in search["verdicts"]}
     # int8 and bf16 ran together in the first wave; both met the floor, so fp32 was not needed
     assert statuses == {"tiny/int8": "eligible", "tiny/bf16": "eligible", "tiny/fp32": "pruned"}

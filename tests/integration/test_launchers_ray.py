@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -84,10 +85,11 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"base": base, "conf": base / "conf", "cache": base / "cache"}
 
 
-def run_sweep(tiny: dict[str, Path], out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
+def run_sweep(tiny: dict[str, Path], out: Path, *extra: str, precision: str = "fp32,bf16",
+              search: str = "grid") -> tuple[subprocess.CompletedProcess, float]:
     cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tiny['conf']}]", f"output_dir={out}",
-           f"cache_dir={tiny['cache']}", "model=tiny", "precision=fp32,bf16", "measure=quick", "evalset.limit=2", "search=grid",
-           "threads=1", *extra]
+           f"cache_dir={tiny['cache']}", "model=tiny", f"precision={precision}", "measure=quick", "evalset.limit=2",
+           f"search={search}", "threads=1", *extra]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
                           env={**os.environ, **RAY_ENV})
@@ -130,3 +132,86 @@ def test_two_variants_as_ray_tasks_reach_mlflow(tiny: dict[str, Path]) -> None:
     assert len(mlflow_runs(tiny["base"] / "out-local")[1]) == 2
     print(f"\nwall time, 2 variants (tiny model, evalset.limit=2, measure=quick, threads=1): "
           f"Ray tasks on a local 2-CPU cluster {ray_wall:.1f} s, local launcher (sequential) {seq_wall:.1f} s")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """One 2-CPU Ray head for the width tests below (starting one costs seconds of a busy machine)."""
+    with ray_head(num_cpus=2) as address:
+        yield address
+
+
+def compose_width(monkeypatch: pytest.MonkeyPatch, *overrides: str):  # type: ignore[no-untyped-def]
+    """search_width for the config `python -m selector <overrides>` composes, counted in this process
+    the way the launcher reaches Ray; Ray is left again afterwards."""
+    import ray
+    from hydra import compose, initialize_config_dir
+
+    from selector.config import CONF_DIR
+    from selector.sweep.width import search_width
+
+    for key, value in RAY_ENV.items():
+        monkeypatch.setenv(key, value)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    try:
+        return search_width(cfg)
+    finally:
+        ray.shutdown()
+
+
+def test_width_is_what_the_ray_cluster_fits(cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    join = f"hydra.launcher.ray.init.address={cluster}"
+    width = compose_width(monkeypatch, "hydra/launcher=ray_cpus", join)
+    assert (width.workers, width.source, width.hint) == (2, "Ray cluster: 2 CPUs / 1 CPU per variant", "")
+    # ray_gpus asks 4 CPUs and a GPU: none fits on this cluster, so one at a time, with a warning
+    width = compose_width(monkeypatch, "hydra/launcher=ray_gpus", join)
+    assert width.workers == 1
+    assert width.source == "Ray cluster: 2 CPUs / 4 CPUs per variant, 0 GPUs / 1 GPU per variant"
+    assert "less CPU, GPU than one variant asks" in width.hint
+    assert compose_width(monkeypatch, "hydra/launcher=ray_cpus", join, "search.workers=5").workers == 5
+
+
+def test_width_of_a_ray_instance_the_launcher_starts_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No cluster to join: the launcher starts Ray in its own process, and so does the count (the
+    launcher then finds it running). address=local: never some other cluster on this machine."""
+    width = compose_width(monkeypatch, "hydra/launcher=ray_cpus", "hydra.launcher.ray.init.address=local",
+                          "+hydra.launcher.ray.init.num_cpus=3", "hydra.launcher.ray.remote.num_cpus=1.5")
+    assert (width.workers, width.source) == (2, "Ray cluster: 3 CPUs / 1.5 CPUs per variant")
+
+
+def test_adaptive_search_on_ray_runs_waves_as_wide_as_the_cluster(tiny: dict[str, Path], cluster: str) -> None:
+    """Three variants on a 2-CPU cluster: int8 and bf16 (smallest planned) run together in the
+    first wave; both meet the floor, so fp32 is pruned and never reaches Ray."""
+    out = tiny["base"] / "out-ray-adaptive"
+    done, wall = run_sweep(tiny, out, "hydra/launcher=ray_cpus", f"hydra.launcher.ray.init.address={cluster}",
+                           "evalset.tasks=[sentiment]", "policy.floors.sentiment=0.0", "device=cpu",
+                           precision="fp32,bf16,int8", search="adaptive")
+    console = done.stdout + done.stderr
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]
+    assert ("adaptive search over 3 variants, 2 at a time (Ray cluster: 2 CPUs / 1 CPU per variant), "
+            "in this order: tiny/int8, tiny/bf16, tiny/fp32") in console
+    [state] = [json.loads(p.read_text()) for p in out.glob("sweeps/*/sweep.json")]
+    search = state["search"]
+    assert search["workers"] == 2 and search["width_source"] == "Ray cluster: 2 CPUs / 1 CPU per variant"
+    assert [(w["kind"], w["names"]) for w in search["waves"]] == [("search", ["tiny/int8", "tiny/bf16"])]
+    statuses = {v["name"]: v["status"] for v in search["verdicts"]}
+    assert statuses == {"tiny/int8": "eligible", "tiny/bf16": "eligible", "tiny/fp32": "pruned"}
+
+    # fp32 never ran: never handed to Ray, no log in its folder (only the not-needed record), no MLflow run
+    launched = re.findall(r"#\d+ : (.*)", console)  # the Ray launcher's line per job it hands Ray
+    assert console.count("Ray Launcher is launching 2 jobs") == 1 and "launching 1 jobs" not in console
+    assert len(launched) == 2 and not any("precision=fp32" in line for line in launched), launched
+    sweep_dir = next(out.glob("sweeps/*"))
+    assert sorted(p.name for p in (sweep_dir / "tiny" / "fp32").iterdir()) == ["record.json"]
+    assert json.loads((sweep_dir / "tiny" / "fp32" / "record.json").read_text())["status"] == "not_needed"
+    _, children = mlflow_runs(out)
+    assert sorted(c.info.run_name for c in children) == ["tiny/bf16", "tiny/int8"]
+    a, b = sorted(children, key=lambda r: r.info.start_time)
+    assert b.info.start_time < a.info.end_time, "the first wave's two variants ran one after the other"
+
+    heading = "1 wave of up to 2 variants at a time (Ray cluster: 2 CPUs / 1 CPU per variant):"
+    assert heading in console and "wave 1 (search, " in console
+    report = (sweep_dir / "report" / "report.md").read_text()
+    assert heading in report and "- wave 1 (search, " in report and "tiny/int8, tiny/bf16" in report
+    print(f"\nadaptive search, 3 variants on a 2-CPU Ray cluster: {wall:.1f} s")

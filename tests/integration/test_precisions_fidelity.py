@@ -1,5 +1,6 @@
 """measure_fidelity as the runner calls it: the baseline run writes the probe file, a variant reads
-it, and a variant without one loads the baseline itself (through selector.models) and writes it."""
+it, and a variant without one gets it from ensure_reference (what the variant's preparation process
+runs before the variant loads: the baseline through selector.models, written, freed)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from selector.config import CalibrationConfig, ModelConfig, SelectorConfig, Sour
 from selector.measure.fidelity import (
     PROBE_POSITIONS,
     TOP_K,
+    ensure_reference,
     load_reference,
     measure_fidelity,
     probe_token_ids,
@@ -81,15 +83,21 @@ def test_baseline_writes_the_probe_file_and_variants_compare_against_it(setup) -
 
 
 @pytest.mark.quant("bitsandbytes")
-def test_a_variant_without_a_probe_file_loads_the_baseline_itself(setup) -> None:  # type: ignore[no-untyped-def]
+def test_a_variant_without_a_probe_file_gets_it_from_ensure_reference(setup) -> None:  # type: ignore[no-untyped-def]
+    from selector.measure.fidelity import reference_exists
+
     root, model, tasks = setup
     int8_cfg = cfg_for(root, model, "int8")
     loaded = load_variant(int8_cfg)
     with_file = measure_fidelity(loaded, tasks, int8_cfg)
     for f in fidelity_files(root):
         f.unlink()
+    assert not reference_exists(int8_cfg, tasks, loaded.tokenizer)
+    assert measure_fidelity(loaded, tasks, int8_cfg) is None  # no second model in the variant's process
+    said = ensure_reference(int8_cfg, tasks, "cpu", ())
+    assert said.startswith("fidelity reference of tiny/bf16 in tiny-")
+    assert reference_exists(int8_cfg, tasks, loaded.tokenizer) and len(fidelity_files(root)) == 1
     without_file = measure_fidelity(loaded, tasks, int8_cfg)
     assert with_file is not None and without_file is not None
     assert without_file.mean_kl == pytest.approx(with_file.mean_kl, rel=1e-6)
     assert without_file.top1_agreement == with_file.top1_agreement
-    assert len(fidelity_files(root)) == 1  # and left the file for the next variant

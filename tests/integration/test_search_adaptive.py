@@ -34,10 +34,21 @@ def test_pruning_and_the_evidence_wave(tiny_setup: dict[str, Path]) -> None:
     assert records["tiny/fp32"]["reason"].startswith("not needed: tiny/int8 already meets every floor and is smaller")
     assert records["tiny/bf16"]["search"]["items_evaluated"] == records["tiny/bf16"]["search"]["items_total"] == 24
     assert "adaptive search: 2 of 3 variants measured, 48 of 72 items scored" in result.stdout
+    # the local launcher: waves of one, and the console says why
+    assert "3 variants, 1 at a time (local launcher: one variant at a time)" in result.stdout + result.stderr
+    latest = max((tiny_setup["out"] / "sweeps").iterdir(), key=lambda p: p.stat().st_mtime)
+    state = json.loads((latest / "sweep.json").read_text())
+    waves = [(w["kind"], w["names"]) for w in state["search"]["waves"]]
+    assert waves == [("search", ["tiny/int8"]), ("evidence", ["tiny/bf16"])]
+    assert "wave 2 (evidence, " in result.stdout
     [report] = (tiny_setup["out"] / "sweeps").glob("*/report/report.md")
     text = report.read_text()
     assert "## How the search went" in text and "| tiny/fp32 | not needed |" in text
     assert "evidence for tiny/int8" in text
+    state = json.loads(next((tiny_setup["out"] / "sweeps").glob("*/sweep.json")).read_text())
+    seed = state["order_seed"]  # drawn for this sweep, kept for the eval set, in every record and the report
+    assert state["order_seed_source"] == "drawn" and records["tiny/int8"]["search"]["order_seed"] == seed
+    assert f"replay it with search.seed={seed}" in text
     parents, children = mlflow_runs(tiny_setup["out"])
     assert sorted(c.info.run_name for c in children) == ["tiny/bf16", "tiny/int8"]  # nothing ran for fp32
     assert parents[0].data.metrics["sweep/not_needed"] == 1 and parents[0].data.tags["selector.search"] == "adaptive"
@@ -85,8 +96,8 @@ def test_a_variant_that_crashes_is_recorded_and_the_search_goes_on(tiny_setup: d
 def test_bad_search_settings_stop_before_anything_loads(tiny_setup: dict[str, Path]) -> None:
     cases = {
         "search=adaptiv": "Did you mean adaptive?",
-        "search.alpha=1.5": "field 'search.alpha' must be a probability strictly between 0 and 1",
-        "search.alpha=0": "field 'search.alpha' must be a probability strictly between 0 and 1",
+        "search.alpha=1.5": "field 'search.alpha' must be a probability strictly between 0 and 0.5",
+        "search.alpha=0": "field 'search.alpha' must be a probability strictly between 0 and 0.5",
         "search.complete=maybe": "cannot apply search.complete=maybe: Value 'maybe' is not a valid bool",
         "search.strategy=random": "field 'search.strategy' must be adaptive or grid",
     }
@@ -95,3 +106,17 @@ def test_bad_search_settings_stop_before_anything_loads(tiny_setup: dict[str, Pa
         assert result.returncode == 2, (override, result.stderr[-1000:])
         assert expected in result.stderr and "Traceback" not in result.stderr, (override, result.stderr[-1000:])
     assert not (tiny_setup["out"] / "mlflow.db").exists()
+
+
+def test_fixed_sequence_runs_largest_first_and_leaves_out_what_falls_below_a_failure(tiny_setup: dict[str, Path]) -> None:
+    result = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16,int8", *TWO_TASKS, "evalset.limit=24",
+                          "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.6",
+                          "policy.winner_control=fixed_sequence")
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = _records(tiny_setup["out"])
+    # fp32, the largest, misses arithmetic (stopped early); nothing below it can be claimed, so nothing runs
+    assert {n: r["status"] for n, r in records.items()} == {
+        "tiny/fp32": "stopped", "tiny/bf16": "not_needed", "tiny/int8": "not_needed"}
+    assert "fixed sequence down the size ladder stopped at tiny/fp32" in records["tiny/int8"]["reason"]
+    state = json.loads(next((tiny_setup["out"] / "sweeps").glob("*/sweep.json")).read_text())
+    assert state["search"]["order"] == ["tiny/fp32", "tiny/bf16", "tiny/int8"]

@@ -56,6 +56,12 @@ def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
     assert len(samples) == 12  # 4 tasks x 3 items, each with prompt, output, target, score
     assert {"prompt", "output", "target", "score"} <= set(json.loads(samples[0]))
     assert "Report:" in first.stdout
+    # The console holds selector's own lines; libraries' output (transformers' loading bar) is in
+    # each variant's worker.log, with everything else the worker printed.
+    console = first.stdout + first.stderr
+    assert "stage evaluate: tiny/fp32" in console and "Loading weights" not in console
+    worker_log = (sweep_dir / "tiny" / "fp32" / "worker.log").read_text()
+    assert "stage evaluate: tiny/fp32" in worker_log and "Loading weights" in worker_log
 
     # Same sweep again: every variant is already measured, so nothing runs and MLflow still
     # holds exactly one completed child per variant.

@@ -93,6 +93,8 @@ def test_a_recorded_policy_takes_overrides_on_top() -> None:
     ("threads=0", "command line: field 'threads' must be a positive number"),
     ("engine.batch_size=0", "command line: field 'engine.batch_size' must be at least 1"),
     ("policy.floors.code=abc", "command line: Value 'abc' of type 'str' could not be converted to Float"),
+    ("search.alpha=0.5", "command line: field 'search.alpha' must be a probability strictly between 0 and 0.5"),
+    ("search.alpha=0", "command line: field 'search.alpha' must be a probability strictly between 0 and 0.5"),
 ])
 def test_bad_values_are_caught_while_composing(override: str, message: str) -> None:
     with pytest.raises(UserError) as e:

@@ -223,3 +223,26 @@ def test_code_sandbox_that_differed_between_machines_is_listed_per_variant() -> 
 def test_no_code_sandbox_line_without_a_code_task() -> None:
     records, _, _ = _minimal()
     assert "code_sandbox" not in dict(sections.environment(records, {"environment": {"cpu": "x"}}))
+
+
+def test_search_section_lists_the_waves_escaped(tmp_path: Path) -> None:
+    """Which variants ran in which wave, and the width's source, as text in both formats."""
+    records, selection, context = sample_sweep()
+    names = [r.name for r in records]
+    context["search"] = {
+        "strategy": "adaptive", "order": names, "first": [], "workers": 2, "verdicts": [], "notes": [],
+        "width_source": "Ray cluster: 2 CPUs / 1 CPU per variant" + XSS,
+        "waves": [{"kind": "search", "names": names[:2], "wall_s": 41.2},
+                  {"kind": "evidence", "names": [names[2] + "|" + XSS], "wall_s": 20.0}],
+        "savings": {"variants_measured": 3, "variants": len(names), "items_evaluated": 10, "grid_items": 20,
+                    "spent_s": 60.0, "grid_estimate_s": 120.0},
+    }
+    paths = write_report(records, selection, context, tmp_path)
+    html, md = paths["html"].read_text(), paths["md"].read_text()
+    assert XSS not in html and XSS not in md
+    text = " ".join(" ".join(_parse(html).text).split())
+    assert f"2 waves of up to 2 variants at a time (Ray cluster: 2 CPUs / 1 CPU per variant{XSS}):" in text
+    assert f"wave 1 (search, 41 s): {names[0]}, {names[1]}" in text
+    assert f"wave 2 (evidence, 20 s): {names[2]}|{XSS}" in text
+    assert f"- wave 1 (search, 41 s): {md_text(names[0])}, {md_text(names[1])}\n" in md
+    assert f"- wave 2 (evidence, 20 s): {md_text(names[2] + '|' + XSS)}\n" in md

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from selector.report import sections, view
+from selector.report import fmt, sections, view
 from tests.fixtures.sample_report import sample_sweep
 from selector.types import Check, ErrorInfo, RunRecord, Selection, Verdict
 from tests.factories import perf, run_record, task_result
@@ -128,3 +128,47 @@ def test_variant_table_shows_answer_flips_against_the_models_own_baseline():
         assert cells[v.variant] == f"{fmt.pct((down + up) / n)} (-{down} +{up})"
     for baseline in {v.baseline for v in quantized}:
         assert cells[baseline] == fmt.DASH  # a baseline is not compared with itself
+
+
+def test_memory_columns_show_the_serving_peak_beside_plans_estimate_and_mark_older_records() -> None:
+    from selector.types import MemoryResult, PeakMemory
+
+    gb = 10**9
+    new = _record("m", "int4", 1_000_000_000, 700_000_000, 0.8)
+    new.memory = MemoryResult(weight_bytes=700_000_000, serving=PeakMemory(rss_bytes=3 * gb),
+                              load=PeakMemory(rss_bytes=4 * gb), prepare=PeakMemory(rss_bytes=15 * gb),
+                              peak_rss_bytes=4 * gb, planned_serving_bytes=int(2.5 * gb))
+    old = _record("m", "bf16", 1_000_000_000, 2_000_000_000, 0.9)
+    old.memory = MemoryResult(weight_bytes=2 * gb, peak_rss_bytes=11 * gb)  # a record from before the phases
+    selection = Selection(policy={}, winner="m/int4", reference=None, summary="", verdicts=[])
+    table = view.variant_table([new, old], selection)
+    col = table.columns.index
+    by_name = {row[0].text: row for row in table.rows}
+    assert by_name["m/int4"][col("serving peak GB")].text == "3.00"
+    assert by_name["m/int4"][col("serving peak GB")].title == "serving peak (RSS)"
+    assert by_name["m/int4"][col("plan est. GB (measured/plan)")].text == "2.50 (1.20x)"
+    assert by_name["m/int4"][col("load peak GB")].text == "4.00"
+    assert by_name["m/int4"][col("prepare peak GB")].text == "15.0"
+    assert by_name["m/bf16"][col("serving peak GB")].text == "11.0 *"
+    assert by_name["m/bf16"][col("serving peak GB")].title.startswith("process peak (older record")
+    assert by_name["m/bf16"][col("plan est. GB (measured/plan)")].text == fmt.DASH
+    tiles = {t["label"]: t for t in view.key_numbers(new, None, selection)}
+    assert tiles["serving peak memory"]["value"] == "3.00 GB" and tiles["serving peak memory"]["sub"] == "serving peak (RSS)"
+
+
+def test_paired_table_flags_by_holm_over_the_whole_table() -> None:
+    """Two cells with raw p < 0.05 but only one survives Holm over the table's four tests."""
+    from selector.types import PairedDiff
+
+    def d(task: str, p: float, diff: float = -0.1) -> PairedDiff:
+        return PairedDiff(task=task, diff=diff, ci_low=diff - 0.05, ci_high=diff + 0.05, n=48, flips_to_wrong=5,
+                          flips_to_right=0, mcnemar_p=p, p_value=p)
+
+    records = [run_record("m", p, [task_result("a", [1.0, 0.0]), task_result("b", [1.0, 0.0])]) for p in ("int8", "int4")]
+    verdicts = [Verdict(variant="m/int8", status="eligible", paired={"a": d("a", 0.004), "b": d("b", 0.04)}),
+                Verdict(variant="m/int4", status="eligible", paired={"a": d("a", 0.5), "b": d("b", 0.9)})]
+    selection = Selection(policy={}, winner=None, reference="m/bf16", summary="", verdicts=verdicts)
+    table = sections.paired_table(records, selection)
+    marked = {(row[0].text, table.columns[i]) for row in table.rows for i, c in enumerate(row) if "below" in c.kind}
+    assert marked == {("m/int8", "a")}  # 0.004 x 4 = 0.016 < 0.05; 0.04 x 3 = 0.12 is not
+    assert "Holm 0.016" in table.rows[0][1].sub and "Holm-adjusted" in table.note

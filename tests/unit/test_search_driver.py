@@ -175,3 +175,21 @@ def test_misuse_is_refused():
     driver = SearchDriver(ladder())
     with pytest.raises(ValueError, match="not running"):
         driver.report("big/bf16", eligible(3.0))
+
+
+def test_fixed_sequence_runs_largest_first_and_stops_below_a_failure():
+    from selector.search.driver import Candidate, Outcome, SearchDriver
+
+    pool = [Candidate(n, size, n.split("/")[0]) for n, size in
+            (("s/int4", 1.0), ("s/bf16", 2.0), ("m/int4", 3.0), ("m/bf16", 6.0), ("l/bf16", 12.0))]
+    driver = SearchDriver(pool, descending=True)
+    assert driver.order == ("l/bf16", "m/bf16", "m/int4", "s/bf16", "s/int4")
+    wave = driver.next_wave()
+    driver.report(wave.names[0], Outcome("eligible", measured=12.0))  # no pruning of smaller ones
+    wave = driver.next_wave()
+    assert wave.names == ("m/bf16",)
+    driver.report("m/bf16", Outcome("stopped", "a floor out of reach"))
+    assert driver.next_wave() is None and driver.done
+    assert {n: s for n, s, _ in driver.verdicts()} == {
+        "l/bf16": "eligible", "m/bf16": "stopped", "m/int4": "pruned", "s/bf16": "pruned", "s/int4": "pruned"}
+    assert "stopped at m/bf16" in dict((n, r) for n, _, r in driver.verdicts())["s/int4"]

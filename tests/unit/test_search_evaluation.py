@@ -103,6 +103,27 @@ def test_only_whole_rounds_from_the_store_decide(tmp_path: Path) -> None:
     assert evaluation.decide_from_store(_stopper({"arith": 0.6}, tasks), order, partial, None, 12) is None
 
 
+def test_the_store_decides_a_finished_fractional_task_on_its_full_set(tmp_path: Path) -> None:
+    """The issue's counter-example read back from the store: a 48-item F1 task at 29/48 (floor 0.6,
+    alpha 0.05 over three floors), whose betting wealth crosses 1/alpha after the last interim
+    look. With every item stored the full set decides: it passes, so nothing stops it."""
+    tasks = [_task("f1", 48), _task("a", 48), _task("b", 48)]
+    tasks[0].metric = "f1"
+    order = evaluation.evaluation_orders(tasks, 0)
+    scores = [float(c) for c in "000101110010000010111001101101110110011111111111"]
+    seen = {t.name: {i: SampleRecord(task=t.name, id=i, prompt="", output="", target="", score=1.0)
+                     for i in order[t.name]} for t in tasks}
+    seen["f1"] = {i: SampleRecord(task="f1", id=i, prompt="", output="", target="", score=s)
+                  for i, s in zip(order["f1"], scores)}
+    stopper = _stopper({"f1": 0.6, "a": 0.6, "b": 0.6}, tasks)
+    assert not next(t for t in stopper.tests if t.task == "f1").binary
+    assert evaluation.decide_from_store(stopper, order, seen, None, 12) is None
+    seen["f1"][order["f1"][-1]] = seen["f1"][order["f1"][-1]].model_copy(update={"score": 0.0})
+    seen["f1"][order["f1"][-2]] = seen["f1"][order["f1"][-2]].model_copy(update={"score": 0.0})
+    decision = evaluation.decide_from_store(stopper, order, seen, None, 12)  # 27/48 < 60%: exact
+    assert decision is not None and decision.task == "f1" and decision.certain
+
+
 def _record(name: str, status: str, timings: dict[str, float], items: tuple[int, int] | None = None) -> RunRecord:
     model, precision = name.split("/")
     search = SearchInfo(strategy="adaptive", items_evaluated=items[0], items_total=items[1]) if items else None
@@ -122,3 +143,24 @@ def test_the_grid_estimate_scales_a_stopped_evaluation_and_prices_a_pruned_varia
     # int4: 10 load + 20 x 100/20 evaluation + 20 (int8's fidelity and measure); int8: 130; bf16: int8's 130
     assert s["grid_estimate_s"] == pytest.approx(10 + 100 + 20 + 130 + 130)
     assert s["items_evaluated"] == 120 and s["grid_items"] == 300
+
+
+def test_the_item_order_seed_is_drawn_once_per_eval_set_and_folder_and_can_be_fixed(tmp_path: Path) -> None:
+    from selector.report.sections import order_seed_line
+    from selector.sweep import order_seed
+
+    first, how = order_seed.resolve(None, 0, False, tmp_path, "hash-a")
+    assert how == "drawn" and 0 <= first < 2**31
+    assert order_seed.resolve(None, 0, False, tmp_path, "hash-a") == (first, "kept")  # no second chance
+    other = {order_seed.resolve(None, 0, False, tmp_path / f"o{i}", "hash-a")[0] for i in range(5)}
+    assert len(other) > 1  # output folders draw independently
+    assert order_seed.resolve(7, 0, False, tmp_path, "hash-a") == (7, "search.seed")
+    assert order_seed.resolve(None, 3, True, tmp_path, "hash-a") == (3, "seed")
+    assert "replay it with search.seed=7" in order_seed_line(7, "search.seed")
+
+
+def test_a_run_records_the_order_seed_it_was_scored_in(tmp_path: Path) -> None:
+    tasks = [_task("arith", 24)]
+    out = evaluation.run(tasks, evaluation.ItemStore(tmp_path, "k9"), Answers({}), seed=12345, round_size=None)
+    assert out.info.order_seed == 12345
+    assert list(out.samples["arith"]) == evaluation.evaluation_orders(tasks, 12345)["arith"]

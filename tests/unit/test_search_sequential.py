@@ -96,21 +96,65 @@ def test_union_bound_levels_sum_to_alpha():
 @pytest.mark.parametrize("mean_at", ["target", "above"])
 def test_fractional_false_rejection_is_at_most_alpha(mean_at):
     """Betting martingale, simulated: token-F1-like scores whose full-set mean is at the threshold
-    (the least favourable case) are rejected in at most alpha of 4000 random orders."""
+    (the least favourable case) are rejected in at most alpha of 4000 random orders, and decide()
+    takes the same decisions. Only the interim looks can reject statistically: at the last look
+    the full set is known and meets the threshold, so it never rejects there."""
     rng = np.random.default_rng(7)
     n_total, target, alpha = 80, 0.6, 0.2
     pop = np.where(rng.random(n_total) < 0.5, 1.0, rng.random(n_total))
     pop = np.clip(pop * (target + (0.02 if mean_at == "above" else 0.0)) / pop.mean(), 0, 1)
     pop += (target * n_total - pop.sum()) / n_total if mean_at == "target" else 0.0
+    assert pop.mean() >= target - 1e-12
     looks = np.array(planned_looks(n_total, 10))
+    interim = looks[looks < n_total]
     seqs = pop[np.argsort(rng.random((4000, n_total)), axis=1)]
     wealth = bounds.log_capital(seqs, target, bounds.bets(seqs, target, n_total), n_total)
-    rejected = np.maximum.accumulate(wealth, axis=1)[:, looks - 1] >= math.log(1 / alpha)
+    crossed = np.maximum.accumulate(wealth, axis=1) >= math.log(1 / alpha)
+    rejected = crossed[:, interim - 1]
     rate = rejected.any(axis=1).mean()
     assert rate <= alpha
-    test = FloorTest("f1", target, n_total, alpha, tuple(looks), binary=False, limit=target)
-    for row in range(25):  # decide() takes the same decisions as the vectorized martingale
-        assert test.decide(seqs[row]).reject == bool(rejected[row].any())
+    late = crossed[:, -1] & ~rejected.any(axis=1)  # crossed only after the last interim look
+    assert late.any() or mean_at == "above"  # at the target: orders the old last look rejected
+    test = FloorTest("f1", target - EPS, n_total, alpha, tuple(looks), binary=False, limit=target)
+    rows = list(range(20)) + list(np.flatnonzero(late)[:10])
+    for row in rows:  # every look, as the evaluation loop calls it
+        decisions = [test.decide(seqs[row][:n]).reject for n in looks]
+        assert decisions[:-1] == list(rejected[row]) and not decisions[-1]
+
+
+# The issue's counter-example: a 48-item F1 task, floor 0.6, alpha 0.05 over three floors; 29/48 right.
+COUNTER_EXAMPLE = [float(c) for c in "000101110010000010111001101101110110011111111111"]
+
+
+def counter_example_stopper():
+    tasks = {"f1": TaskSpec(48, binary=False), "a": TaskSpec(48), "b": TaskSpec(48)}
+    return floor_tests(rule="point", floors=dict.fromkeys(tasks, 0.6), tasks=tasks, alpha=0.05, round_size=12)
+
+
+def test_a_fractional_task_that_meets_its_floor_on_every_item_is_not_rejected():
+    stopper = counter_example_stopper()
+    test = next(t for t in stopper.tests if t.task == "f1")
+    y = np.array(COUNTER_EXAMPLE)
+    assert y.sum() == 29 and test.alpha == pytest.approx(0.05 / 3)
+    wealth = bounds.log_capital(y, test.target, bounds.bets(y, test.target, 48), 48)
+    threshold = math.log(1 / test.alpha)
+    assert wealth[35] == pytest.approx(3.63, abs=0.01) and threshold == pytest.approx(4.09, abs=0.01)
+    assert wealth[36] >= threshold  # the wealth crosses at item 37, after the look at 36
+    assert not test.decide(y[:36]).reject
+    final = test.decide(y)
+    assert not final.reject and final.level == 1.0 and final.bound == pytest.approx(29 / 48)
+    assert final.reason == "f1: all 48 items seen: mean 60.4% over 48 items >= floor 60.0%"
+    assert stopper.check({"f1": COUNTER_EXAMPLE, "a": [1.0] * 48, "b": [1.0] * 48}) is None
+
+
+def test_at_the_last_look_a_fractional_task_below_its_floor_is_rejected_exactly():
+    test = next(t for t in counter_example_stopper().tests if t.task == "f1")
+    y = np.array(COUNTER_EXAMPLE)
+    y[-1] = 0.9  # 28.9/48 = 60.2%: still passes
+    assert not test.decide(y).reject
+    y[-2:] = 0.0  # 27/48 = 56.3%
+    decision = test.decide(y)
+    assert decision.reject and decision.certain and decision.level == 1.0
 
 
 def test_fractional_clearly_failing_is_rejected_early():
@@ -242,6 +286,8 @@ def test_fractional_and_bootstrap_thresholds_are_conservative():
     assert wilson_interval(t * 100, 100)[0] < 0.6 - EPS  # just below the boundary: never rejects a pass
     assert wilson_interval((t + 1e-6) * 100, 100)[0] >= 0.6 - EPS
     assert full_set_threshold("lower_bound", 0.6, 100, ci_method="bootstrap", binary=False) == 0.6 - EPS
+    # the selection judges a fractional mean by Wilson too under ci_method=wilson (stats.mean_interval)
+    assert full_set_threshold("lower_bound", 0.6, 100, ci_method="wilson", binary=False) == t
 
 
 def test_unreachable_floor_is_rejected_with_certainty():
@@ -293,3 +339,17 @@ def test_search_modules_import_no_framework():
             "print([m for m in ('hydra', 'omegaconf', 'mlflow', 'torch') if m in sys.modules])")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=".")
     assert out.stdout.strip() == "[]"
+
+
+def test_the_exact_ci_methods_threshold_is_where_the_selection_starts_passing():
+    from selector.selection.evidence import task_interval
+    from selector.types import TaskResult
+
+    t = full_set_threshold("lower_bound", 0.6, 48, ci_method="exact")
+    k = round(t * 48)
+    for count, passes in ((k, True), (k - 1, False)):
+        scores = {str(i): float(i < count) for i in range(48)}
+        result = TaskResult(task="t", metric="exact_match", value=count / 48, ci_low=0, ci_high=1, n=48,
+                            item_scores=scores)  # fmt: skip
+        assert (task_interval(result, 0.95, "exact", 10, 0).low >= 0.6 - EPS) is passes
+    assert t >= full_set_threshold("lower_bound", 0.6, 48, ci_method="wilson")  # exact: never the laxer (36/48 both here)

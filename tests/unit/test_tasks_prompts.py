@@ -203,15 +203,20 @@ def test_evaluate_multiple_choice_picks_the_likeliest(choice_task) -> None:  # t
     assert ticks == [1, 1, 1, 1]  # per item, though the engine reported per request
 
 
-def test_graded_metric_gets_a_bootstrap_interval(tmp_path: Path) -> None:
+def test_graded_metric_gets_the_policys_interval(tmp_path: Path) -> None:
+    """The interval the selection will judge it by (stats.mean_interval): Wilson by default, the
+    bootstrap with ci_method=bootstrap. It used to be the bootstrap whatever the policy said, while
+    the decision used Wilson (issue 22)."""
     spec = GENERATE.replace("max_new_tokens: 6", "metric: f1").replace("fewshot: {n: 2, data: shots.jsonl}\n", "")
     rows = [{"id": f"q{i}", "question": f"name {i}", "answer": "Ada Lovelace"} for i in range(6)]
     [task] = load_evalset(write(tmp_path, spec, rows, []))
     engine = AnswerBook({"name 0": "Ada Lovelace", "name 1": "Ada", "name 2": "Lovelace", "name 3": "nobody"})
     result, _ = evaluate_task(engine, task, "m", "chat")
-    assert result.ci_method == "bootstrap"
+    assert result.ci_method == "wilson"
     assert result.value == pytest.approx((1 + 2 / 3 + 2 / 3) / 6)
     assert result.ci_low < result.value < result.ci_high
+    result, _ = evaluate_task(engine, task, "m", "chat", ci_method="bootstrap")
+    assert result.ci_method == "bootstrap" and result.ci_low < result.value < result.ci_high
 
 
 def test_code_task_runs_the_output_in_the_sandbox(tmp_path: Path) -> None:

@@ -23,7 +23,6 @@ from selector.tasks.data import read_rows
 LMEVAL_MAX_GEN_TOKS = 256  # lm-eval's default when generation_kwargs leaves it out
 _JINJA = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
 UNSUPPORTED = ("process_docs", "use_prompt", "doc_to_image", "doc_to_audio", "custom_dataset", "process_results")
-_SCORING = {"exact_match": "exact_match", "acc": "choice_accuracy", "acc_norm": "choice_accuracy"}
 SELECTOR_SCORED = ("numeric", "contains", "f1", "exact_match")  # via an exported <task>_utils.process_results
 
 

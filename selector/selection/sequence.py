@@ -1,0 +1,47 @@
+"""The winner's error: fixed-sequence testing down the size ladder (policy.winner_control).
+
+Each variant's claim "meets every floor" is a test at the policy's level (under lower_bound, every
+floor's one-sided bound at (1 + confidence) / 2: an intersection-union test, so several floors need
+no split). Picking the smallest of several variants that each pass their own test lets the chance
+that the chosen one truly misses grow towards the sum of the per-variant errors. With
+`winner_control: fixed_sequence` the variants are tested in a fixed order, largest first (model
+parameters, then precision bits: known before any score), and the walk stops at the first variant
+that does not pass: only variants before that point can be claimed, and the smallest of those is
+recommended. A false claim needs the first truly-failing variant of the sequence to pass its own
+test, so P(the recommended variant misses a floor it claims to meet) <= the level (Maurer et al.
+1995; Westfall & Krishen 2001).
+
+What is in the sequence: completed variants and those the search stopped early (a failure: it
+stops the walk). Variants that could not run here or crashed are left out (that depends on the
+machine, not on any score); variants the search found not needed were below the stop.
+"""
+
+from __future__ import annotations
+
+from selector.selection.precision import record_bits, record_params
+from selector.types import Check, RunRecord
+
+CONTROLS = ("none", "fixed_sequence")
+
+
+def ladder(records: list[RunRecord]) -> list[str]:
+    """The fixed order: largest first (parameters, then precision bits, then name)."""
+    tested = [r for r in records if r.status in ("completed", "stopped")]
+    return [r.name for r in sorted(tested, key=lambda r: (-record_params(r), -record_bits(r), r.name))]
+
+
+def walk(sequence: list[str], passes: dict[str, bool]) -> tuple[set[str], str | None]:
+    """(the variants the sequence claims, the one it stopped at or None)."""
+    claimed: set[str] = set()
+    for name in sequence:
+        if not passes.get(name, False):
+            return claimed, name
+        claimed.add(name)
+    return claimed, None
+
+
+def blocked_check(stopped_at: str) -> Check:
+    """The check a variant fails when it passes its own floors below the sequence's stop."""
+    return Check(name="fixed_sequence", value=None, limit=0.0, passed=False, rule="fixed_sequence",
+                 detail=f"meets its floors, but the fixed sequence down the size ladder stopped at the larger "
+                        f"{stopped_at}, so it cannot be claimed at the policy's level")  # fmt: skip
