@@ -40,7 +40,8 @@ def sweep_overrides(args: argparse.Namespace) -> list[str]:
         "measure.load.capacity_max_steps=8", "measure.load.max_batch_size=8",
         f"policy.traffic_rps={args.traffic}", f"policy.cost_per_hour={args.cost_per_hour}",
         "policy.objective=cost_at_traffic", "evalset.tasks=[sentiment,arithmetic]",
-        "policy.floors.sentiment=0", "policy.floors.arithmetic=0",  # a pure cost verdict: the accuracy side is not measured here
+        # floors at 0: a pure cost verdict (4 items a task measure no accuracy worth a floor)
+        "policy.floors.sentiment=0", "policy.floors.arithmetic=0",
     ]
 
 
@@ -70,7 +71,8 @@ def summarize(sweep: Path) -> dict[str, Any]:
             "variant": f"{r['variant']['model']}/{r['variant']['precision']}", "status": r["status"],
             "capacity_rps": cap["capacity_rps"], "failed_rps": cap["failed_rps"],
             "output_tokens_per_s": cap["output_tokens_per_s"], "cpu_util_pct": cap["cpu_util_pct"],
-            "probes": len(cap["steps"]), "search_s": round(cap["wall_s"], 1), "requests_per_step": cap["requests_per_step"],
+            "probes": len(cap["steps"]), "search_s": round(cap["wall_s"], 1),
+            "requests_per_step": cap["requests_per_step"],
             "note": cap["note"],
             "steps": [{"rate_rps": s["rate_rps"], "passed": s["passed"],
                        "served_rps": s["level"]["request_throughput"],

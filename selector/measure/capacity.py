@@ -155,8 +155,9 @@ def _result(cfg: LoadConfig, steps: list[CapacityStep], low: float | None, high:
                 f"its figures are reported")
     else:
         at = next(s for s in steps if s.rate_rps == low and s.passed)
-        note = "" if high is not None else (f"no rate probed broke the SLO (up to {low:g} req/s, "
-                                            f"capacity_max_steps={cfg.capacity_max_steps}): the capacity is at least this")
+        note = "" if high is not None else (
+            f"no rate probed broke the SLO (up to {low:g} req/s, capacity_max_steps={cfg.capacity_max_steps}): "
+            "the capacity is at least this")
         if high is not None and (high - low) / low > cfg.capacity_tolerance:
             note = (f"stopped at capacity_max_steps={cfg.capacity_max_steps} with the bracket "
                     f"[{low:g}, {high:g}] req/s wider than the tolerance")

@@ -189,7 +189,9 @@ def inprocess_run(model: Any, tokenizer: Any, cfg: LoadConfig, ahead: Sequence[G
                 return await done
 
             # The harness is this event loop's thread; the model runs on the scheduler's.
-            monitor = lambda: UtilizationMonitor(own_process, time.thread_time, gpus, subtract_harness=True)  # noqa: E731
+            def monitor() -> UtilizationMonitor:
+                return UtilizationMonitor(own_process, time.thread_time, gpus, subtract_harness=True)
+
             return await body(Probe(Conversations().wrap(send), cfg, monitor, after_level=scheduler.drain))
 
         return asyncio.run(main())

@@ -87,7 +87,8 @@ def _rows(path: Path, shown: str) -> Any:
         for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
             yield i, {k: v for k, v in row.items() if v is not None}
     else:
-        raise RequestFileError(shown, None, None, f"unknown format {suffix or '(no suffix)'!r}: use .jsonl, .csv or .parquet")
+        raise RequestFileError(shown, None, None,
+                               f"unknown format {suffix or '(no suffix)'!r}: use .jsonl, .csv or .parquet")
 
 
 def _request(shown: str, line: int, row: dict[str, Any], new_tokens: int, chat: bool) -> ReplayRequest:

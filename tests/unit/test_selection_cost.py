@@ -49,7 +49,8 @@ def test_instances_are_the_ceiling_of_traffic_over_capacity() -> None:
 
 
 def test_slo_words() -> None:
-    assert slo_words({"e2e_ms_p95": 4000, "ttft_ms_p99": 500, "e2e_ms": 9000}) == "p95 e2e <= 4 s and p99 ttft <= 500 ms"
+    words = slo_words({"e2e_ms_p95": 4000, "ttft_ms_p99": 500, "e2e_ms": 9000})
+    assert words == "p95 e2e <= 4 s and p99 ttft <= 500 ms"
 
 
 def test_cost_at_traffic_ranks_by_monthly_cost_and_says_it_in_the_headline() -> None:
