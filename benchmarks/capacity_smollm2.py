@@ -89,6 +89,7 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [f"# Capacity at p95 e2e <= {a['slo_ms'] / 1000:g} s: SmolLM2-135M on this machine", "",
              f"- machine: {data['machine'].get('cpu', '')}, {a['threads']} torch threads; load at start "
              f"{data['machine'].get('load_average_start', '')}",
+             f"- quiet check before measuring: {data['machine'].get('quiet_check')}",
              f"- command: `{data['command']}`",
              f"- sweep wall time: {data['wall_s']:.0f} s ({data['wall_s'] / 60:.1f} min)", "",
              "| variant | capacity req/s | fails at | output tok/s | CPU | probes | search time |",

@@ -120,6 +120,8 @@ def write_summary(
     assert near is not None  # evidence is non-empty and nothing is eligible
     words = _constraint_words(policy, ranking.checks[near]) or "constraint"
     misses = "; ".join(rejection_reasons(near, ranking, policy))
+    if not ranking.failed(near):  # every constraint met, but the objective was not measured
+        return f"No variant can be ranked on objective {policy.objective}: {near} {misses}; {eligible}."
     return f"No variant meets {words}: the closest, {near}, misses {misses}; {eligible}."
 
 

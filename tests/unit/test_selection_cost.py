@@ -137,3 +137,11 @@ def test_a_load_test_asked_for_is_never_silently_missing() -> None:
             "early below a floor. Run again with search=grid to measure them.") in s.warnings
     assert any(w.startswith("No load figures for huge/bf16") and "search.complete=true" in w for w in s.warnings)
     assert not any("other/int4" in w for w in s.warnings if w.startswith("No load figures"))  # it asked for none
+
+
+def test_no_capacity_anywhere_says_nothing_can_be_ranked_not_that_a_floor_failed() -> None:
+    s = select([record("slow", 0.2, None)], PolicyConfig(floors={"t": 0.8}, objective="cost_at_traffic",
+                                                         traffic_rps=20.0, cost_per_hour=1.0))
+    assert s.winner is None
+    assert s.summary.startswith("No variant can be ranked on objective cost_at_traffic: slow/bf16 cost per month")
+    assert "measure.load.capacity=true" in s.summary and "floor" not in s.summary.split(":")[0]
