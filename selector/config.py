@@ -155,7 +155,18 @@ class LoadConfig:
     max_duration_s: float = 300.0
     new_tokens: int = 32
     seed: int = 0
-    slo: dict[str, float] = field(default_factory=dict)  # e.g. {ttft_ms: 500, e2e_ms: 4000}
+    # per request {ttft_ms: 500, e2e_ms: 4000} (goodput), or percentiles {e2e_ms_p95: 4000} (capacity)
+    slo: dict[str, float] = field(default_factory=dict)
+    # Real requests instead of the eval set's prompts: a JSONL/CSV/Parquet file (docs/load-testing.md)
+    requests: Optional[str] = None
+    time_scale: float = 1.0  # recorded arrival times are multiplied by this (0.5: twice as fast)
+    # The highest Poisson arrival rate meeting the slo's percentile limits (selector.measure.capacity)
+    capacity: bool = False
+    capacity_start_rps: float = 1.0  # first rate probed; doubled or halved until the SLO is bracketed
+    capacity_min_rps: float = 0.05  # the lowest rate probed: below it the variant cannot meet the SLO here
+    capacity_tolerance: float = 0.1  # stop when the bracket's width is within this fraction of its low end
+    capacity_confidence: float = 0.95  # a step passes when this upper confidence bound of each percentile is met
+    capacity_max_steps: int = 12
     # in-process dynamic batching (engine=hf)
     max_batch_size: int = 8
     max_queue_delay_ms: float = 10.0
@@ -219,11 +230,14 @@ class PolicyConfig:
     max_weight_gb: Optional[float] = None
     max_memory_gb: Optional[float] = None  # the serving peak: reserved VRAM on CUDA, RSS on CPU (docs/memory.md)
     latency_limits: dict[str, float] = field(default_factory=dict)  # e.g. {e2e_ms_p95@8: 2000}
-    objective: str = "weight_memory"  # weight_memory | latency | cost
+    objective: str = "weight_memory"  # weight_memory | latency | cost | cost_at_traffic
     # none | fixed_sequence: test variants largest first, stop at the first that fails, recommend the
     # smallest claimed: P(the winner misses a floor it claims) <= the level (selection/sequence.py)
     winner_control: str = "none"
     price_per_hour: Optional[float] = None  # for objective=cost
+    # objective=cost_at_traffic: the user's peak traffic and the price of one machine (the one measured)
+    traffic_rps: Optional[float] = None
+    cost_per_hour: Optional[float] = None  # USD per machine-hour; price_per_hour is used when unset
     # The engine the winner will be served on (vllm, tgi, hf, ...). When latency decides the verdict
     # from figures of another engine, the report says so at the top: rankings flip between engines.
     deploy_engine: Optional[str] = None
@@ -321,6 +335,14 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("search.round_size", lambda v: v >= 1, "at least 1 item"),
     ("search.prune_margin", lambda v: v >= 0, "0 or more (a fraction: 0.05 = 5%)"),
     ("search.workers", lambda v: v >= 1, "at least 1 (or null: as many as the launcher runs at once)"),
+    ("measure.load.time_scale", lambda v: v > 0, "a positive factor (0.5 replays twice as fast)"),
+    ("measure.load.capacity_start_rps", lambda v: v > 0, "a positive rate in requests/s"),
+    ("measure.load.capacity_min_rps", lambda v: v > 0, "a positive rate in requests/s"),
+    ("measure.load.capacity_tolerance", lambda v: 0 < v < 1, "a fraction strictly between 0 and 1"),
+    ("measure.load.capacity_confidence", lambda v: 0.5 <= v < 1, "a probability in [0.5, 1)"),
+    ("measure.load.capacity_max_steps", lambda v: v >= 2, "at least 2"),
+    ("policy.traffic_rps", lambda v: v > 0, "a positive rate in requests/s"),
+    ("policy.cost_per_hour", lambda v: v > 0, "a positive price per machine-hour"),
 )
 
 

@@ -145,6 +145,37 @@ class LoadLevel(_Model):
     # part of it, and how many. Per-request parts add up and percentiles do not, so this is what
     # says what the tail is made of. Empty without a per-request split (a server).
     tail_ms: dict[str, float] = Field(default_factory=dict)
+    # A request file's recorded arrival times, replayed stretched by this factor (measure.load.time_scale);
+    # None: a concurrency or Poisson level.
+    replay_scale: float | None = None
+
+
+class CapacityStep(_Model):
+    """One probe of the capacity search: an open-loop level at a rate, and whether it met the SLO."""
+
+    rate_rps: float
+    passed: bool
+    level: LoadLevel
+    # slo key -> {"estimate": the level's percentile, "upper": its upper confidence bound, "limit": ...};
+    # failed requests count as infinitely slow (None: no request carried the figure, or too few to bound it)
+    checks: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+
+
+class CapacityResult(_Model):
+    """The highest arrival rate whose requests met measure.load.slo's percentile limits."""
+
+    slo: dict[str, float]
+    confidence: float
+    tolerance: float
+    requests_per_step: int
+    capacity_rps: float | None = None  # None: even the lowest rate probed broke the SLO
+    failed_rps: float | None = None  # the lowest rate that broke it (the bracket's top); None: none did
+    output_tokens_per_s: float | None = None  # at capacity (or at the lowest rate, when that broke it)
+    cpu_util_pct: float | None = None
+    gpu_util_pct: float | None = None
+    steps: list[CapacityStep] = Field(default_factory=list)  # in the order probed
+    wall_s: float = 0.0
+    note: str = ""
 
     @property
     def running_mean(self) -> float | None:
@@ -160,6 +191,7 @@ class PerfResult(_Model):
     latency: LatencyResult | None = None
     throughput: list[ThroughputPoint] = Field(default_factory=list)
     load: list[LoadLevel] = Field(default_factory=list)
+    capacity: CapacityResult | None = None  # measure.load.capacity
     # engine=hf: whether latency and throughput ran on the fast path (static KV cache + compiled
     # decode step, engine.compile), the seconds its first call at each shape took (compiling;
     # never inside a latency figure), and why it was off or fell back.

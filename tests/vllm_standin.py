@@ -139,7 +139,7 @@ class Run:
 
 
 class Server:
-    def __init__(self, model_dir: str, dtype: str, served: str, max_logprobs: int) -> None:
+    def __init__(self, model_dir: str, dtype: str, served: str, max_logprobs: int, token_delay_s: float = 0.0) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -151,6 +151,7 @@ class Server:
         self.eos = set([eos] if isinstance(eos, int) else list(eos or [self.tok.eos_token_id]))
         self.served, self.root, self.max_logprobs = served, model_dir, max_logprobs
         self.fifo, self.metrics = Fifo(), Metrics(served)
+        self.token_delay_s = token_delay_s  # a known service time per token (capacity tests)
 
     # ---- the model ---------------------------------------------------------------------------
     def run(self, run: Run, max_tokens: int, stops: list[str]) -> Iterator[str]:
@@ -181,6 +182,8 @@ class Server:
                         run.finish_reason = "stop"
                         break
                     run.tokens.append(token)
+                    if self.token_delay_s:
+                        time.sleep(self.token_delay_s)  # holding the FIFO: the next request waits too
                     ids = torch.tensor([[token]])
                     text = self.tok.decode(run.tokens, skip_special_tokens=True)
                     cut = min((text.find(s) for s in stops if s in text), default=-1)
@@ -363,11 +366,13 @@ def main(argv: list[str]) -> int:
     serve.add_argument("--disable-uvicorn-access-log", action="store_true")
     serve.add_argument("--die-after-streams", type=int, default=None)  # a fault: see Faults
     serve.add_argument("--malformed-metrics", action="store_true")  # a fault: see Faults
+    serve.add_argument("--token-delay-ms", type=float, default=0.0, help="sleep this long per generated token (tests)")
     args = parser.parse_args(argv)
 
     import uvicorn
 
-    server = Server(args.model, args.dtype, args.served_model_name or args.model, args.max_logprobs)
+    server = Server(args.model, args.dtype, args.served_model_name or args.model, args.max_logprobs,
+                    args.token_delay_ms / 1e3)
     print(f"vllm stand-in: serving {args.model} as {server.served} on {args.host}:{args.port}", flush=True)
     faults = Faults(die_after_streams=args.die_after_streams, malformed_metrics=args.malformed_metrics)
     uvicorn.run(build_app(server, faults), host=args.host, port=args.port, log_level="warning",

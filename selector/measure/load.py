@@ -1,9 +1,11 @@
 """Latency under load, for a variant: one fixed request set replayed at a concurrency ladder and
-at Poisson rates (the driver, SLOs and summaries are in selector.measure.load_driver).
+at Poisson rates (the driver, SLOs and summaries are in selector.measure.load_driver), and the
+capacity search at the SLO (selector.measure.capacity) on the same warm engine.
 
 The request set is the eval set's generation prompts (interleaved across tasks, cycled to
-`requests_per_level`, each capped at `new_tokens` output tokens), identical at every level, so
-levels and variants compare like for like.
+`requests_per_level`, each capped at `new_tokens` output tokens), or the rows of a request file
+(measure.load.requests, selector.measure.requests: sessions in order, recorded arrival times
+replayed as one more level), identical at every level, so levels and variants compare like for like.
 
 Two ways in, one driver:
 - in-process: requests go through a dynamic batching scheduler in front of the model (no HTTP),
@@ -15,9 +17,10 @@ Two ways in, one driver:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from selector.config import SelectorConfig
 from selector.engines.base import GenerationRequest
@@ -27,6 +30,7 @@ from selector.measure.load_driver import (  # noqa: F401  (re-exported: the load
     CUT_OFF,
     SLO_FIELDS,
     LevelOutcome,
+    Probe,
     check_slo,
     drive_level,
     level_duration,
@@ -36,8 +40,18 @@ from selector.measure.load_driver import (  # noqa: F401  (re-exported: the load
     run_ladder,
     summarize_level,
 )
+from selector.measure.requests import (
+    Conversations,
+    cycled,
+    has_arrivals,
+    read_request_file,
+    recorded_arrivals,
+    warmup_of,
+)
 from selector.measure.utilization import UtilizationMonitor, nvml_indices, own_process, process_cpu_seconds
-from selector.types import LoadLevel
+from selector.types import CapacityResult, LoadLevel
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from selector.config import LoadConfig
@@ -69,11 +83,56 @@ def load_requests(tasks: Sequence[Any], model_name: str, prompt_style: str, n: i
 def variant_requests(
     tasks: Sequence[Any], cfg: SelectorConfig
 ) -> tuple[list[GenerationRequest], list[GenerationRequest]]:
-    """(warm-up requests, measured requests) for a variant, from its eval set and load settings."""
+    """(warm-up requests, measured requests) for a variant: the rows of measure.load.requests when
+    given (every row, every level), else the eval set's prompts cycled to requests_per_level."""
     load = cfg.measure.load
+    if load.requests:
+        rows = read_request_file(load.requests, load.new_tokens, chat=cfg.model.prompt_style == "chat")
+        return warmup_of(rows, load.warmup_requests), list(rows)
     every = load_requests(tasks, cfg.model.name, cfg.model.prompt_style, load.warmup_requests + load.requests_per_level,
                           load.new_tokens)
     return every[: load.warmup_requests], every[load.warmup_requests :]
+
+
+def capacity_requests(tasks: Sequence[Any], cfg: SelectorConfig) -> tuple[list[GenerationRequest],
+                                                                          list[GenerationRequest]]:
+    """(warm-up, one capacity step's requests): the same source, cycled to requests_per_step."""
+    from selector.measure.capacity import requests_per_step
+
+    warmup, requests = variant_requests(tasks, cfg)
+    n = requests_per_step(cfg.measure.load)
+    if cfg.measure.load.requests:
+        return warmup, list(cycled(requests, n))  # type: ignore[arg-type]
+    return warmup, [requests[i % len(requests)] for i in range(n)]
+
+
+def _replay(requests: Sequence[GenerationRequest], cfg: LoadConfig) -> list[float] | None:
+    return recorded_arrivals(requests, cfg.time_scale) if has_arrivals(requests) else None
+
+
+async def ladder(probe: Probe, requests: Sequence[GenerationRequest], warmup: Sequence[GenerationRequest] = (),
+                 replay: Sequence[float] | None = None) -> list[LevelOutcome]:
+    return await run_ladder(probe.send, requests, probe.cfg, probe.monitor, warmup=warmup,
+                            after_level=probe.after_level, scrape=probe.scrape, split=probe.split,
+                            describe_split=probe.describe_split, replay=replay)
+
+
+async def capacity(probe: Probe, requests: Sequence[GenerationRequest],
+                   warmup: Sequence[GenerationRequest] = ()) -> CapacityResult:
+    """The capacity search on a warm engine: one warm-up, then every step on the same engine. A
+    step may run past max_duration_s by its own arrival span (slow rates need long steps)."""
+    from selector.measure.capacity import check_capacity, search_capacity
+
+    check_slo(probe.cfg.slo)
+    check_capacity(probe.cfg)
+    await probe.warm_up(warmup)
+
+    def at(rate: float) -> Awaitable[LevelOutcome]:
+        limit = probe.cfg.max_duration_s + len(requests) / rate
+        step = dataclasses.replace(probe, cfg=dataclasses.replace(probe.cfg, max_duration_s=limit))
+        return step.level(requests, rate=rate)
+
+    return await search_capacity(at, probe.cfg)
 
 
 def _interleave(groups: list[list[GenerationRequest]]) -> list[list[GenerationRequest]]:
@@ -89,19 +148,34 @@ def run_inprocess_load(model: Any, tokenizer: Any, tasks: Sequence[Any], cfg: Se
     return [o.level for o in inprocess_load(model, tokenizer, requests, cfg.measure.load, warmup=warmup)]
 
 
+def run_inprocess_capacity(model: Any, tokenizer: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> CapacityResult:
+    """The capacity search on a variant's in-process model, for PerfResult.capacity."""
+    warmup, requests = capacity_requests(tasks, cfg)
+    return inprocess_run(model, tokenizer, cfg.measure.load, [*warmup, *requests],
+                         lambda probe: capacity(probe, requests, warmup))
+
+
 def inprocess_load(model: Any, tokenizer: Any, requests: Sequence[GenerationRequest], cfg: LoadConfig,
                    warmup: Sequence[GenerationRequest] = ()) -> list[LevelOutcome]:
+    return inprocess_run(model, tokenizer, cfg, [*warmup, *requests],
+                         lambda probe: ladder(probe, requests, warmup, _replay(requests, cfg)))
+
+
+def inprocess_run(model: Any, tokenizer: Any, cfg: LoadConfig, ahead: Sequence[GenerationRequest],
+                  body: Callable[[Probe], Awaitable[T]]) -> T:
+    """body(probe) with a dynamic batching scheduler in front of the model. `ahead` is tokenized
+    before timing starts; a session turn (its prompt is the conversation so far) when it is sent."""
     from selector.engines.hf import HFEngine
     from selector.serving.batching import BatchingScheduler
 
     hf = HFEngine(model, tokenizer)  # for its prompt rendering and token ids
-    encoded = {id(r): hf.encode(r.prompt) for r in [*warmup, *requests]}  # tokenized before timing starts
+    encoded = {id(r): hf.encode(r.prompt) for r in ahead}
     device = next(model.parameters()).device
     gpus = nvml_indices([device.index or 0]) if device.type == "cuda" else []
     with BatchingScheduler(model, tokenizer, cfg.max_batch_size, cfg.max_queue_delay_ms,
                            eos_ids=hf.eos_ids, pad_id=hf.pad_id) as scheduler:
 
-        async def main() -> list[LevelOutcome]:
+        async def main() -> T:
             loop = asyncio.get_running_loop()
 
             async def send(request: GenerationRequest) -> RequestTrace:
@@ -110,12 +184,15 @@ def inprocess_load(model: Any, tokenizer: Any, requests: Sequence[GenerationRequ
                 def deliver(trace: RequestTrace) -> None:  # on the scheduler thread
                     loop.call_soon_threadsafe(lambda: done.done() or done.set_result(trace))
 
-                scheduler.submit(encoded[id(request)], request.max_new_tokens, request.stop, deliver)
+                ids = encoded.get(id(request)) or hf.encode(request.prompt)
+                scheduler.submit(ids, request.max_new_tokens, request.stop, deliver)
                 return await done
 
             # The harness is this event loop's thread; the model runs on the scheduler's.
-            monitor = lambda: UtilizationMonitor(own_process, time.thread_time, gpus, subtract_harness=True)  # noqa: E731
-            return await run_ladder(send, requests, cfg, monitor, warmup=warmup, after_level=scheduler.drain)
+            def monitor() -> UtilizationMonitor:
+                return UtilizationMonitor(own_process, time.thread_time, gpus, subtract_harness=True)
+
+            return await body(Probe(Conversations().wrap(send), cfg, monitor, after_level=scheduler.drain))
 
         return asyncio.run(main())
 
@@ -127,15 +204,26 @@ def run_server_load(served: Served, tasks: Sequence[Any], cfg: SelectorConfig) -
     return [o.level for o in server_load(served, requests, cfg.measure.load, warmup=warmup)]
 
 
+def run_server_capacity(served: Served, tasks: Sequence[Any], cfg: SelectorConfig) -> CapacityResult:
+    """The capacity search against a served variant's running server, for PerfResult.capacity."""
+    warmup, requests = capacity_requests(tasks, cfg)
+    return server_run(served, cfg.measure.load, lambda probe: capacity(probe, requests, warmup))
+
+
 def server_load(served: Served, requests: Sequence[GenerationRequest], cfg: LoadConfig,
                 warmup: Sequence[GenerationRequest] = ()) -> list[LevelOutcome]:
+    return server_run(served, cfg, lambda probe: ladder(probe, requests, warmup, _replay(requests, cfg)))
+
+
+def server_run(served: Served, cfg: LoadConfig, body: Callable[[Probe], Awaitable[T]]) -> T:
+    """body(probe) against the variant's server: streamed requests over one HTTP client."""
     from selector.serving import prometheus
 
     engine = served.engine
     metrics_url = engine.root_url + "/metrics"
     this_process = own_process()
 
-    async def main() -> list[LevelOutcome]:
+    async def main() -> T:
         async with engine.client(max_connections=None) as client:
 
             async def send(request: GenerationRequest) -> RequestTrace:
@@ -147,8 +235,8 @@ def server_load(served: Served, requests: Sequence[GenerationRequest], cfg: Load
                 return UtilizationMonitor(served.processes if served.server else None, harness,
                                           None if served.local else [], subtract_harness=False)
 
-            return await run_ladder(send, requests, cfg, monitor, warmup=warmup,
-                                    scrape=lambda: prometheus.scrape(client, metrics_url), split=prometheus.level_split,
-                                    describe_split=prometheus.split_source)
+            return await body(Probe(Conversations().wrap(send), cfg, monitor,
+                                    scrape=lambda: prometheus.scrape(client, metrics_url),
+                                    split=prometheus.level_split, describe_split=prometheus.split_source))
 
     return asyncio.run(main())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -49,13 +50,31 @@ def poisson_arrivals(n: int, rate_rps: float, seed: int) -> list[float]:
     return [0.0, *np.cumsum(gaps).tolist()]
 
 
+_PERCENTILE_KEY = re.compile(r"^(?P<metric>[a-z0-9]+_ms)_p(?P<q>\d+(?:\.\d+)?)$")
+
+
+def parse_slo_key(key: str) -> tuple[str, float | None]:
+    """"e2e_ms" -> ("e2e_ms", None): a limit on every request (goodput); "e2e_ms_p95" ->
+    ("e2e_ms", 95.0): a limit on the level's 95th percentile (capacity). Anything else is refused."""
+    if key in SLO_FIELDS:
+        return key, None
+    match = _PERCENTILE_KEY.match(key)
+    if match and match["metric"] in SLO_FIELDS and 0 < float(match["q"]) < 100:
+        return match["metric"], float(match["q"])
+    raise ConfigError("measure.load.slo", field=key,
+                      problem=f"not a measured figure nor a percentile of one; known: {', '.join(SLO_FIELDS)} "
+                              "(a limit per request, ms) or <figure>_p<NN> (a percentile, e.g. e2e_ms_p95)")
+
+
 def check_slo(slo: dict[str, float]) -> None:
     for key, limit in slo.items():
-        if key not in SLO_FIELDS:
-            raise ConfigError("measure.load.slo", field=key,
-                              problem=f"unknown per-request limit; known: {', '.join(SLO_FIELDS)} (milliseconds)")
-        if not isinstance(limit, (int, float)) or limit <= 0:
+        parse_slo_key(key)
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
             raise ConfigError("measure.load.slo", field=key, problem=f"must be a positive number of ms, got {limit!r}")
+
+
+def per_request_slo(slo: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in slo.items() if k in SLO_FIELDS}
 
 
 def meets_slo(trace: RequestTrace, slo: dict[str, float]) -> bool:
@@ -64,7 +83,8 @@ def meets_slo(trace: RequestTrace, slo: dict[str, float]) -> bool:
     if not trace.ok:
         return False
     values = {"ttft_ms": trace.ttft_ms, "itl_ms": trace.itl_mean_ms, "e2e_ms": trace.e2e_ms, "queue_ms": trace.queue_ms}
-    return all(values[k] is None or values[k] <= limit for k, limit in slo.items())  # type: ignore[operator]
+    return all(values[k] is None or values[k] <= limit  # type: ignore[operator]
+               for k, limit in per_request_slo(slo).items())
 
 
 def _percentiles(values: Iterable[float | None]) -> Percentiles | None:
@@ -100,7 +120,7 @@ def summarize_level(traces: Sequence[RequestTrace], duration_s: float, slo: dict
         queue_ms=_percentiles(t.queue_ms for t in ok),
         batch_wait_ms=_percentiles(t.batch_wait_ms for t in ok),
         compute_ms=_percentiles(t.compute_ms for t in ok),
-        goodput_rps=per_s(sum(meets_slo(t, slo) for t in ok)) if slo else None,
+        goodput_rps=per_s(sum(meets_slo(t, slo) for t in ok)) if per_request_slo(slo) else None,
         tail_ms=tail_split(ok, e2e),
     )
     if level.tail_ms:
@@ -126,14 +146,15 @@ def tail_split(ok: Sequence[RequestTrace], e2e: Percentiles | None) -> dict[str,
 # ---- the driver ----------------------------------------------------------------------------
 async def drive_level(send: Send, requests: Sequence[GenerationRequest], *, concurrency: int | None = None,
                       rate_rps: float | None = None, seed: int = 0,
-                      max_duration_s: float = 300.0) -> list[RequestTrace]:
-    """Send every request once, N at a time (concurrency) or at Poisson times (rate_rps).
+                      max_duration_s: float = 300.0, arrivals: Sequence[float] | None = None) -> list[RequestTrace]:
+    """Send every request once, N at a time (concurrency) or at Poisson times (rate_rps), or at
+    the given send times (arrivals: seconds from the level's start, e.g. a recording's).
 
     Returns one trace per request that was sent, in request order. Past max_duration_s, nothing
     new is sent and requests still running are cancelled and recorded as errors.
     """
-    if (concurrency is None) == (rate_rps is None):
-        raise ValueError("give exactly one of concurrency and rate_rps")
+    if (concurrency is None) == (rate_rps is None and arrivals is None):
+        raise ValueError("give exactly one of concurrency, rate_rps and arrivals")
     started: dict[int, float] = {}
     traces: dict[int, RequestTrace] = {}
 
@@ -157,7 +178,8 @@ async def drive_level(send: Send, requests: Sequence[GenerationRequest], *, conc
         t0 = time.perf_counter()
         tasks: list[asyncio.Task[None]] = []
         try:
-            for i, at in enumerate(poisson_arrivals(len(requests), rate_rps or 1.0, seed)):
+            times = list(arrivals) if arrivals is not None else poisson_arrivals(len(requests), rate_rps or 1.0, seed)
+            for i, at in enumerate(times):
                 await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
                 tasks.append(asyncio.create_task(one(i)))
             await asyncio.gather(*tasks)
@@ -198,6 +220,51 @@ def levels_of(cfg: LoadConfig) -> list[tuple[int | None, float | None]]:
     return out
 
 
+@dataclass
+class Probe:
+    """What one level needs besides its requests: how to send, measure and split (see run_ladder)."""
+
+    send: Send
+    cfg: LoadConfig
+    monitor: Callable[[], UtilizationMonitor]
+    after_level: Callable[[], Any] | None = None
+    scrape: Callable[[], Awaitable[Any]] | None = None
+    split: Callable[[Any, Any], dict[str, Percentiles]] | None = None
+    describe_split: Callable[[Any], tuple[str, str]] | None = None
+
+    async def warm_up(self, warmup: Sequence[GenerationRequest]) -> None:
+        if not warmup:
+            return
+        done = await drive_level(self.send, warmup, concurrency=1, max_duration_s=self.cfg.max_duration_s)
+        failed = [t for t in done if not t.ok]
+        if failed and len(failed) == len(done):
+            raise RuntimeError(f"every warm-up request failed; the first: {failed[0].error}")
+
+    async def level(self, requests: Sequence[GenerationRequest], concurrency: int | None = None,
+                    rate: float | None = None, arrivals: Sequence[float] | None = None) -> LevelOutcome:
+        """One level, measured: its traces, summary, utilisation and (servers) the metrics' split."""
+        cfg = self.cfg
+        before = await self.scrape() if self.scrape else None
+        meter = self.monitor().start()
+        traces = await drive_level(self.send, requests, concurrency=concurrency, rate_rps=rate, seed=cfg.seed,
+                                   max_duration_s=cfg.max_duration_s, arrivals=arrivals)
+        usage = meter.stop()
+        level = summarize_level(traces, level_duration(traces), cfg.slo, concurrency, rate)
+        level.cpu_util_pct, level.gpu_util_pct = usage.cpu_util_pct, usage.gpu_util_pct
+        level.gpu_mem_bytes, level.harness_cpu_pct = usage.gpu_mem_bytes, usage.harness_cpu_pct
+        if self.scrape and self.split:
+            after = await self.scrape()
+            for name, value in self.split(before, after).items():
+                if getattr(level, name) is None:
+                    setattr(level, name, value)
+            if self.describe_split and not level.split_source:
+                level.split_source, level.split_note = self.describe_split(after)
+        if self.after_level:
+            self.after_level()
+        _log_level(level, usage.harness_cpu_pct)
+        return LevelOutcome(level, traces, usage.harness_cpu_pct)
+
+
 async def run_ladder(
     send: Send,
     requests: Sequence[GenerationRequest],
@@ -208,6 +275,7 @@ async def run_ladder(
     scrape: Callable[[], Awaitable[Any]] | None = None,
     split: Callable[[Any, Any], dict[str, Percentiles]] | None = None,
     describe_split: Callable[[Any], tuple[str, str]] | None = None,
+    replay: Sequence[float] | None = None,
 ) -> list[LevelOutcome]:
     """Warm up, then run every level in order.
 
@@ -215,40 +283,24 @@ async def run_ladder(
     scrape/split: a server's metrics before and after a level -> queue_ms / compute_ms, used when
     the requests themselves carry no split; describe_split: the metrics after a level -> (source,
     note): which server's histograms gave the split, or in words why there is none.
+    replay: recorded send times (a request file's): one more level, after the others, at those times.
     """
     check_slo(cfg.slo)
-    levels = levels_of(cfg)
-    if warmup:
-        done = await drive_level(send, warmup, concurrency=1, max_duration_s=cfg.max_duration_s)
-        failed = [t for t in done if not t.ok]
-        if failed and len(failed) == len(done):
-            raise RuntimeError(f"every warm-up request failed; the first: {failed[0].error}")
-    outcomes = []
-    for concurrency, rate in levels:
-        before = await scrape() if scrape else None
-        meter = monitor().start()
-        traces = await drive_level(send, requests, concurrency=concurrency, rate_rps=rate, seed=cfg.seed,
-                                   max_duration_s=cfg.max_duration_s)
-        usage = meter.stop()
-        level = summarize_level(traces, level_duration(traces), cfg.slo, concurrency, rate)
-        level.cpu_util_pct, level.gpu_util_pct = usage.cpu_util_pct, usage.gpu_util_pct
-        level.gpu_mem_bytes, level.harness_cpu_pct = usage.gpu_mem_bytes, usage.harness_cpu_pct
-        if scrape and split:
-            after = await scrape()
-            for name, value in split(before, after).items():
-                if getattr(level, name) is None:
-                    setattr(level, name, value)
-            if describe_split and not level.split_source:
-                level.split_source, level.split_note = describe_split(after)
-        if after_level:
-            after_level()
-        outcomes.append(LevelOutcome(level, traces, usage.harness_cpu_pct))
-        _log_level(level, usage.harness_cpu_pct)
+    levels = levels_of(cfg) if replay is None or cfg.concurrency or cfg.rates_rps else []
+    probe = Probe(send, cfg, monitor, after_level, scrape, split, describe_split)
+    await probe.warm_up(warmup)
+    outcomes = [await probe.level(requests, concurrency, rate) for concurrency, rate in levels]
+    if replay is not None:
+        outcome = await probe.level(requests, arrivals=replay)
+        outcome.level.replay_scale = cfg.time_scale
+        outcomes.append(outcome)
     return outcomes
 
 
 def _label(concurrency: int | None, rate: float | None) -> str:
-    return f"c={concurrency}" if concurrency is not None else f"{rate:g} req/s"
+    if concurrency is not None:
+        return f"c={concurrency}"
+    return f"{rate:g} req/s" if rate is not None else "recorded arrivals"
 
 
 def _log_level(level: LoadLevel, harness_pct: float) -> None:

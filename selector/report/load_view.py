@@ -25,7 +25,8 @@ SPLIT_NOTE = (
 
 def sorted_levels(levels: list[LoadLevel]) -> list[LoadLevel]:
     """Concurrency levels from the lightest, then arrival rates from the slowest."""
-    return sorted(levels, key=lambda lv: (lv.concurrency is None, lv.concurrency or 0, lv.rate_rps or 0.0))
+    return sorted(levels, key=lambda lv: (lv.replay_scale is not None, lv.concurrency is None, lv.concurrency or 0,
+                                          lv.rate_rps or 0.0))
 
 
 def with_load(records: list[RunRecord]) -> list[RunRecord]:
@@ -55,7 +56,8 @@ def levels_table(records: list[RunRecord]) -> Table:
                 Cell(triple(lv.itl_ms), "num"), Cell(triple(lv.e2e_ms), "num"),
                 Cell(f"{lv.errors} of {lv.requests}", "num below" if lv.errors else "num"), goodput(lv),
             ])
-    table.note = ("Each level replays the same requests (the eval set's generation prompts). Latencies of successful "
+    table.note = ("Each level replays the same requests (the eval set's generation prompts, or measure.load.requests; "
+                  "'recorded': that file's arrival times, stretched by measure.load.time_scale). Latencies of successful "
                   "requests; goodput: requests per second that met every limit of measure.load.slo.")
     return table
 
@@ -116,22 +118,31 @@ def settings_table(selection: Selection) -> Table | None:
 
 
 def load_section(records: list[RunRecord], selection: Selection | None = None) -> dict[str, Any] | None:
-    """The tables and, per variant, the diagnosis at its heaviest level; None without load tests."""
+    """The tables and, per variant, the diagnosis at its heaviest level; None without load tests
+    or capacity searches."""
+    from selector.report.capacity_view import capacity_table, curve_table, policy_of
+
     loaded = with_load(records)
-    if not loaded:
+    capacity = capacity_table(records, policy_of(selection.policy if selection else None))
+    if not loaded and capacity is None:
         return None
     lines = []
     for r in loaded:
         top = headline(r.perf.load, Serving.of(r.config))  # type: ignore[union-attr]
         if top is not None:
             lines.append({"variant": r.name, "text": top.text})
-    return {"levels": levels_table(records), "split": split_table(records), "headlines": lines,
+    return {"levels": levels_table(records) if loaded else None, "split": split_table(records) if loaded else None,
+            "capacity": capacity, "curve": curve_table(records), "headlines": lines,
             "settings": settings_table(selection) if selection else None,
             "settings_summary": [c.summary for c in selection.settings] if selection else []}
 
 
 def short_level(level: LoadLevel) -> str:
-    return f"c={level.concurrency}" if level.concurrency is not None else f"{level.rate_rps:g} req/s"
+    if level.concurrency is not None:
+        return f"c={level.concurrency}"
+    if level.replay_scale is not None:
+        return f"recorded x{level.replay_scale:g}"
+    return f"{level.rate_rps:g} req/s"
 
 
 def _source(level: LoadLevel) -> str:

@@ -124,3 +124,42 @@ def settings_tradeoff(records: list[RunRecord], selection: Selection) -> Plot | 
                "setting that meets the latency limits at the highest "
                + ("goodput." if goodput else "throughput (no SLO was set)."))
     return Plot("plot-settings", title, caption, _svg(fig, "plot-settings", title))
+
+
+def capacity_curve(records: list[RunRecord]) -> Plot | None:
+    """The capacity search's probes: p95 of each percentile-limited figure against the offered rate,
+    the limit as a line, the capacity marked; one panel per variant's figure would be too many, so
+    one axis, e2e p95 where limited, else the first limited figure."""
+    found = [r for r in order_records(records) if r.perf and r.perf.capacity and r.perf.capacity.steps]
+    if not found:
+        return None
+    enc = Encoding(found)
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(8.6, 4.4), layout="constrained")
+        ax = fig.subplots()
+        limits = set()
+        for r in found:
+            cap = r.perf.capacity  # type: ignore[union-attr]
+            key = "e2e_ms_p95" if "e2e_ms_p95" in cap.slo else next(iter(cap.steps[0].checks), None)
+            if key is None:
+                continue
+            steps = sorted(cap.steps, key=lambda s: s.rate_rps)
+            points = [(s.rate_rps, s.checks[key]["estimate"]) for s in steps if s.checks.get(key, {}).get("estimate")]
+            if not points:
+                continue
+            style = dict(color=enc.colour[r.variant.model], marker=enc.marker[r.variant.precision], ms=5)
+            ax.plot(*zip(*points), lw=1.4, label=_text(f"{r.name} ({key})"), **style)
+            if cap.capacity_rps:
+                ax.axvline(cap.capacity_rps, color=style["color"], lw=0.8, ls="--")
+            limits.add(cap.slo[key])
+        for limit in limits:
+            ax.axhline(limit, color="0.4", lw=0.8, ls=":")
+        ax.set_yscale("log")
+        plain_log_axis(ax.yaxis)
+        ax.set_xlabel("offered arrival rate (requests/s)")
+        ax.set_ylabel("latency percentile (ms, log scale)")
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    title = "Latency vs arrival rate: the capacity search"
+    caption = ("Each probe of the capacity search: the limited percentile at that rate (dotted: the limit; dashed: "
+               "the capacity found, the highest rate whose upper confidence bound met every limit).")
+    return Plot("plot-capacity", title, caption, _svg(fig, "plot-capacity", title))

@@ -19,7 +19,7 @@ from markupsafe import Markup
 from selector.report import samples as sample_outputs
 from selector.report import compare_view, load_view, sections, view
 from selector.report.plots import Plot, accuracy_by_task, accuracy_vs_latency, accuracy_vs_memory
-from selector.report.plots_load import latency_vs_concurrency, settings_tradeoff, throughput_vs_latency
+from selector.report.plots_load import capacity_curve, latency_vs_concurrency, settings_tradeoff, throughput_vs_latency
 from selector.types import SCHEMA_VERSION, RunRecord, SampleRecord, Selection
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -30,7 +30,7 @@ def all_plots(records: list[RunRecord], selection: Selection) -> list[Plot]:
     """Every figure the data supports, in report order."""
     plots = [accuracy_by_task(records, selection), accuracy_vs_memory(records, selection),
              accuracy_vs_latency(records, selection), latency_vs_concurrency(records),
-             throughput_vs_latency(records), settings_tradeoff(records, selection)]
+             throughput_vs_latency(records), capacity_curve(records), settings_tradeoff(records, selection)]
     return [p for p in plots if p is not None]
 
 

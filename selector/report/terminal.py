@@ -93,7 +93,23 @@ def render_terminal_summary(records: list[RunRecord], selection: Selection) -> R
         body.append(Text(f"! {warning}", style="yellow"))
     panel = Panel(Group(*body), title="Recommendation", title_align="left", border_style="blue")
     load = _load_table(records, selection.settings)
-    return Group(panel, table, load) if load is not None else Group(panel, table)
+    capacity = _capacity_table(records, selection)
+    return Group(panel, table, *(part for part in (capacity, load) if part is not None))
+
+
+def _capacity_table(records: list[RunRecord], selection: Selection) -> RenderableType | None:
+    """The capacity at the SLO per variant (and the traffic's machines and cost), as the report has it."""
+    from selector.report.capacity_view import capacity_table, policy_of
+
+    found = capacity_table(records, policy_of(selection.policy))
+    if found is None:
+        return None
+    table = RichTable(title="Capacity at the SLO", title_justify="left", header_style="bold")
+    for i, header in enumerate(found.columns):
+        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=i > 0)
+    for row in found.rows:
+        table.add_row(*(Text(c.text, style="red" if "below" in c.kind else "") for c in row))
+    return Group(table, Text(found.note, style="dim"))
 
 
 def _load_table(records: list[RunRecord], settings: list[SettingChoice]) -> RenderableType | None:

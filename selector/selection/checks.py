@@ -19,7 +19,7 @@ from selector.stats_paired import noninferiority_exact_p
 from selector.types import Check
 
 RULES = ("point", "lower_bound", "non_inferiority")
-OBJECTIVES = ("weight_memory", "latency", "cost")
+OBJECTIVES = ("weight_memory", "latency", "cost", "cost_at_traffic")
 CI_METHODS = ("wilson", "bootstrap", "exact")
 WEIGHTED = "weighted"  # a floor under this name applies to the weighted mean score
 EPS = 1e-9  # 18/30 must meet a 0.6 floor despite float rounding
@@ -62,6 +62,14 @@ def validate_policy(policy: PolicyConfig) -> None:
         parse_latency_key(key)
     if policy.objective == "cost" and not policy.price_per_hour:
         raise bad("price_per_hour", "objective=cost needs the hardware price in USD per hour")
+    if policy.objective == "cost_at_traffic":
+        if not policy.traffic_rps:
+            raise bad("traffic_rps", "objective=cost_at_traffic needs your peak traffic in requests/s")
+        if policy.cost_per_hour is None and policy.price_per_hour is None:
+            raise bad("cost_per_hour", "objective=cost_at_traffic needs the price of one machine in USD per hour")
+    for field, value in (("traffic_rps", policy.traffic_rps), ("cost_per_hour", policy.cost_per_hour)):
+        if value is not None and value <= 0:
+            raise bad(field, f"must be > 0, got {value}")
 
 
 def effective_floors(policy: PolicyConfig, tasks: list[str]) -> dict[str, float]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from selector.config import PolicyConfig
 from selector.selection.checks import build_checks
+from selector.selection.cost import cost_at_traffic, money
 from selector.selection.evidence import Evidence
 from selector.selection.knobs import setting_rank, shared_objectives
 from selector.selection.measures import cost_per_million_tokens, e2e_p50_ms, weight_gb
@@ -20,6 +21,7 @@ OBJECTIVE_TEXT = {
     "weight_memory": ("weight memory", "GB", "smallest"),
     "latency": ("single-request e2e p50", "ms", "fastest"),
     "cost": ("cost per million output tokens", "USD", "cheapest"),
+    "cost_at_traffic": ("cost per month at policy.traffic_rps", "USD/month", "cheapest"),
 }
 
 
@@ -30,6 +32,8 @@ def objective_value(record: RunRecord, policy: PolicyConfig) -> float | None:
         return e2e_p50_ms(record)
     if policy.objective == "cost":
         return cost_per_million_tokens(record, policy.price_per_hour or 0.0)
+    if policy.objective == "cost_at_traffic":
+        return cost_at_traffic(record, policy)
     raise ValueError(f"unknown objective {policy.objective!r}")  # validate_policy catches it first
 
 
@@ -39,6 +43,8 @@ def format_objective(objective: str, value: float) -> str:
         return f"{value:.2f} GB weights"
     if unit == "ms":
         return f"{value:.0f} ms e2e p50"
+    if unit == "USD/month":
+        return f"{money(value)} per month at the stated traffic"
     return f"${value:.2f} per million output tokens"
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from selector.config import PolicyConfig
 from selector.selection.checks import WEIGHTED, check_task
+from selector.selection.cost import traffic_sentence
 from selector.selection.evidence import Evidence
 from selector.selection.precision import record_bits
 from selector.selection.ranking import OBJECTIVE_TEXT, Ranking, format_objective
@@ -79,7 +80,9 @@ def rejection_reasons(name: str, ranking: Ranking, policy: PolicyConfig) -> list
     reasons = [c.detail for c in ranking.failed(name)]
     if ranking.objectives[name] is None:
         what = OBJECTIVE_TEXT[policy.objective][0]
-        reasons.append(f"{what} not measured: cannot rank on objective {policy.objective}")
+        reasons.append(f"{what} not measured: cannot rank on objective {policy.objective}"
+                       + (" (it needs measure.load.capacity=true and a capacity within the SLO)"
+                          if policy.objective == "cost_at_traffic" else ""))
     return reasons
 
 
@@ -105,14 +108,20 @@ def write_summary(
         objective = format_objective(policy.objective, ranking.objectives[winner])  # type: ignore[arg-type]
         meets = _constraint_words(policy, checks)
         that = f" that meets {meets}" if meets else ""
+        traffic = traffic_sentence(evidence[winner].record, policy)
+        what = ("the cheapest variant at your traffic" if policy.objective == "cost_at_traffic" and traffic
+                else f"the {adjective} variant ({objective})")
         return (
-            f"Recommend {winner}: the {adjective} variant ({objective}){that} — "
+            f"Recommend {winner}: {what}{that} — "
             f"{_task_evidence(evidence[winner], checks, reference)}; {eligible}."
+            + (f" {traffic}." if traffic else "")
         )
     near = closest(ranking, evidence)
     assert near is not None  # evidence is non-empty and nothing is eligible
     words = _constraint_words(policy, ranking.checks[near]) or "constraint"
     misses = "; ".join(rejection_reasons(near, ranking, policy))
+    if not ranking.failed(near):  # every constraint met, but the objective was not measured
+        return f"No variant can be ranked on objective {policy.objective}: {near} {misses}; {eligible}."
     return f"No variant meets {words}: the closest, {near}, misses {misses}; {eligible}."
 
 
@@ -125,7 +134,7 @@ def collect_warnings(
     noise_floor: dict[str, float],
     sensitivity_rows: list[dict[str, Any]],
 ) -> list[str]:
-    warnings: list[str] = engine_mismatch(records, policy)
+    warnings: list[str] = engine_mismatch(records, policy) + missing_load(records)
     if evidence and reference is None:
         warnings.append("No reference: no completed variant has task results; nothing is compared pairwise.")
     if reference is not None:
@@ -243,3 +252,23 @@ def engine_mismatch(records: list[RunRecord], policy: PolicyConfig) -> list[str]
             f"policy.deploy_engine={deploy}: rankings flip between engines (in transformers, 4-bit AWQ decodes "
             f"slower than bf16; in vLLM, faster). Measure the candidates on {deploy} (engine=vllm, or "
             "engine=openai with its server) before trusting the latency ranking."]
+
+
+def missing_load(records: list[RunRecord]) -> list[str]:
+    """Variants the user asked load figures of (measure.load.enabled / capacity) that have none,
+    because the adaptive search stopped or skipped them, and how to get them."""
+    why = {"stopped": ("the adaptive search stopped them early below a floor", "search=grid"),
+           "not_needed": ("the adaptive search did not need them (a smaller variant already qualified)",
+                          "search.complete=true")}
+    out = []
+    for status, (reason, fix) in why.items():
+        names = sorted(r.name for r in records if r.status == status and _asked_for_load(r))
+        if names:
+            out.append(f"No load figures for {', '.join(names)}, though measure.load asked for them: {reason}. "
+                       f"Run again with {fix} to measure them.")
+    return out
+
+
+def _asked_for_load(record: RunRecord) -> bool:
+    load = ((record.config or {}).get("measure") or {}).get("load") or {}
+    return bool(load.get("enabled") or load.get("capacity"))

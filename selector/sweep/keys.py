@@ -72,7 +72,16 @@ def variant_key(cfg: SelectorConfig, evalset_hash: str) -> str:
                 "baseline": cfg.baseline_precision}
     if cfg.engine.server == "vllm":  # its scheduling knobs change the measurements, not the scores
         material["vllm"] = {k: d["engine"]["vllm"][k] for k in VLLM_NOT_SCORED if k != "python"}
+    if cfg.measure.load.requests:  # the request file's rows, not its name, make the load figures
+        material["load_requests"] = _file_digest(cfg.measure.load.requests)
     return digest(material)
+
+
+def _file_digest(path: str) -> str | None:
+    from selector.paths import find_path
+
+    found = find_path(path)
+    return hashlib.sha256(found.read_bytes()).hexdigest()[:16] if found.is_file() else None
 
 
 def sweep_key(experiment: str, variant_keys: list[str], policy: dict[str, Any]) -> str:

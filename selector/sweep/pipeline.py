@@ -198,6 +198,10 @@ class VariantRun:
                 from selector.measure.load import run_inprocess_load
 
                 perf.load = run_inprocess_load(loaded.model, loaded.tokenizer, tasks, cfg)
+            if cfg.measure.load.capacity:  # on the same loaded model, after the ladder
+                from selector.measure.load import run_inprocess_capacity
+
+                perf.capacity = run_inprocess_capacity(loaded.model, loaded.tokenizer, tasks, cfg)
             self.record.perf = perf
             self._measure_memory(resolved, loaded, device)
 
@@ -250,6 +254,10 @@ class VariantRun:
                                   f"{failed[0].errors} of {failed[0].requests} requests failed)"
                                   if failed else "the load test")
                             served.server.check_alive(at)
+                    if cfg.measure.load.capacity:  # on the same running server, after the ladder
+                        from selector.measure.load import run_server_capacity
+
+                        self.record.perf.capacity = run_server_capacity(served, tasks, cfg)
             finally:
                 if self.record.memory is not None:
                     self.record.memory.serving = server_peak(served.processes())

@@ -214,11 +214,17 @@ def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
         check_harness_flags(cfg.engine.vllm)
         python = python_for(cfg.engine.vllm)  # vLLM not installed: one line naming the install command, now
         check_args(cfg.engine.vllm, python)  # a flag this vLLM does not have, now
-    if cfg.measure.load.enabled:
+    load = cfg.measure.load
+    if load.enabled or load.capacity:
+        from selector.measure.capacity import check_capacity
         from selector.measure.load import check_slo, levels_of
+        from selector.measure.requests import has_arrivals, read_request_file
 
-        check_slo(cfg.measure.load.slo)
-        levels_of(cfg.measure.load)
+        check_slo(load.slo)
+        check_capacity(load)
+        rows = read_request_file(load.requests, load.new_tokens) if load.requests else []  # a bad row stops it now
+        if load.enabled and not (rows and has_arrivals(rows)):  # recorded arrivals are a level of their own
+            levels_of(load)
 
 
 def check_reference(planned: list[PlannedVariant], choices: dict[str, str] | None,

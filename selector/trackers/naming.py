@@ -96,6 +96,16 @@ def record_metrics(record: RunRecord) -> dict[str, float]:
             m[f"throughput/bs{point.batch_size}_tokens_per_s"] = point.output_tokens_per_s
         if perf.compile_s:  # the fast path's compiling, apart from every latency figure
             m["time/compile_s"] = perf.compile_s
+    capacity = perf.capacity if perf else None
+    if capacity:
+        m["capacity/probes"] = len(capacity.steps)
+        m["capacity/search_s"] = capacity.wall_s
+        for metric, name in (("rps", "capacity_rps"), ("failed_rps", "failed_rps"),
+                             ("output_tokens_per_s", "output_tokens_per_s"), ("cpu_util_pct", "cpu_util_pct"),
+                             ("gpu_util_pct", "gpu_util_pct")):
+            value = getattr(capacity, name)
+            if value is not None:
+                m[f"capacity/{metric}"] = value
     if record.memory:
         mem = record.memory
         m["memory/weight_gb"] = mem.weight_bytes / GB
@@ -124,7 +134,12 @@ def load_metrics(record: RunRecord) -> list[tuple[str, float, int]]:
     out: list[tuple[str, float, int]] = []
     for level in record.perf.load if record.perf else []:
         step = level.concurrency or 0
-        base = "load" if level.concurrency is not None else f"load_rate{level.rate_rps:g}"
+        if level.concurrency is not None:
+            base = "load"
+        elif level.replay_scale is not None:  # a request file's recorded arrival times
+            base = f"load_recorded{level.replay_scale:g}"
+        else:
+            base = f"load_rate{level.rate_rps:g}"
         out += [(f"{base}/request_throughput", level.request_throughput, step),
                 (f"{base}/output_tokens_per_s", level.output_tokens_per_s, step),
                 (f"{base}/error_rate", level.errors / max(1, level.requests), step)]
@@ -139,6 +154,14 @@ def load_metrics(record: RunRecord) -> list[tuple[str, float, int]]:
                 out += [(f"{base}/{metric}_{q}", getattr(p, q), step) for q in ("p50", "p90", "p95", "p99")]
         split, _ = shares(level)  # where the time went, as the report's diagnosis reads it
         out += [(f"{base}/{layer}_share", share, step) for layer, share in split.items()]
+    capacity = record.perf.capacity if record.perf else None
+    for i, probe in enumerate(capacity.steps if capacity else []):  # the search's probes, in order: step i
+        out += [("capacity_probe/rate_rps", probe.rate_rps, i), ("capacity_probe/passed", float(probe.passed), i),
+                ("capacity_probe/request_throughput", probe.level.request_throughput, i)]
+        for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
+            p = getattr(probe.level, metric)
+            if p is not None:
+                out.append((f"capacity_probe/{metric}_p95", p.p95, i))
     return out
 
 

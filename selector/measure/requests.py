@@ -1,0 +1,264 @@
+"""Real requests as the load set: a JSONL, CSV or Parquet file, one request per row
+(measure.load.requests; the format is in docs/load-testing.md).
+
+A row carries `prompt` (text) or `messages` (chat), and optionally `max_tokens`, `arrival_s`
+(seconds since the recording started), `session` and `turn`. Turns of a session are sent in
+order, each with the conversation so far (earlier turns and the replies the model actually gave),
+so a server's prefix cache sees the reuse a real conversation gives it.
+
+Everything is checked when the file is read, before any model loads; a problem raises
+RequestFileError naming the file, the 1-based line (row, for Parquet) and the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from selector.engines.base import GenerationRequest, Messages
+from selector.engines.trace import RequestTrace
+from selector.errors import EvalsetError
+from selector.paths import find_path
+
+FIELDS = ("prompt", "messages", "max_tokens", "arrival_s", "session", "turn", "id")
+ROLES = ("system", "user", "assistant")
+
+
+class RequestFileError(EvalsetError):
+    """A bad request file: path:line: field 'x': problem (the eval sets' format)."""
+
+
+@dataclass
+class ReplayRequest(GenerationRequest):
+    """A request from the file: its recorded arrival, and its place in a conversation."""
+
+    arrival_s: float | None = None
+    session: str | None = None
+    turn: int = 0  # 1-based within its session; 0 outside a session
+    line: int = 0
+
+
+# ---- reading ---------------------------------------------------------------------------------
+def read_request_file(path: str | Path, new_tokens: int, chat: bool = True) -> list[ReplayRequest]:
+    """The file's requests in file order. chat=False (a plain-prompt model): `prompt` is sent as
+    raw text; otherwise as one user message. Session turns are always chat messages."""
+    found = find_path(path)
+    shown = str(path)
+    if not found.is_file():
+        raise RequestFileError(shown, None, None, "request file not found" if not found.exists() else "not a file")
+    rows = list(_rows(found, shown))
+    if not rows:
+        raise RequestFileError(shown, None, None, "no requests in this file")
+    out = [_request(shown, line, row, new_tokens, chat) for line, row in rows]
+    _check_arrivals(shown, out)
+    _check_sessions(shown, out)
+    return out
+
+
+def _rows(path: Path, shown: str) -> Any:
+    """(line, row) pairs: JSONL and CSV lines as in the file, Parquet rows from 1."""
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        with path.open(encoding="utf-8") as f:
+            for line, text in enumerate(f, 1):
+                if not text.strip():
+                    continue
+                try:
+                    row = json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise RequestFileError(shown, line, None, f"not valid JSON: {e.msg}") from None
+                if not isinstance(row, dict):
+                    raise RequestFileError(shown, line, None, "each line must be a JSON object")
+                yield line, row
+    elif suffix == ".csv":
+        with path.open(encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            for row in reader:  # the header is line 1; a quoted newline makes a row span lines
+                yield reader.line_num, {k: v for k, v in row.items() if v not in ("", None)}
+    elif suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
+            yield i, {k: v for k, v in row.items() if v is not None}
+    else:
+        raise RequestFileError(shown, None, None,
+                               f"unknown format {suffix or '(no suffix)'!r}: use .jsonl, .csv or .parquet")
+
+
+def _request(shown: str, line: int, row: dict[str, Any], new_tokens: int, chat: bool) -> ReplayRequest:
+    def bad(field: str | None, problem: str) -> RequestFileError:
+        return RequestFileError(shown, line, field, problem)
+
+    unknown = sorted(set(row) - set(FIELDS))
+    if unknown:
+        raise bad(unknown[0], f"unknown field; known: {', '.join(FIELDS)}")
+    if ("prompt" in row) == ("messages" in row):
+        raise bad(None, "give exactly one of 'prompt' (text) and 'messages' (chat)")
+    session = row.get("session")
+    if session is not None:
+        session = str(session)
+        if not session.strip():
+            raise bad("session", "is empty: leave it out for a request outside any conversation")
+    if "prompt" in row:
+        prompt = row["prompt"]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise bad("prompt", "is empty" if isinstance(prompt, str) else f"must be text, got {type(prompt).__name__}")
+        body: str | Messages = [{"role": "user", "content": prompt}] if chat or session else prompt
+    else:
+        body = _messages(bad, row["messages"])
+    max_tokens = _whole(bad, "max_tokens", row.get("max_tokens", new_tokens), minimum=1)
+    arrival = row.get("arrival_s")
+    if arrival is not None:
+        arrival = _number(bad, "arrival_s", arrival)
+        if arrival < 0:
+            raise bad("arrival_s", f"must be 0 or more seconds, got {arrival:g}")
+    turn = _whole(bad, "turn", row["turn"], minimum=1) if "turn" in row else 0
+    if turn and session is None:
+        raise bad("turn", "a turn belongs to a session: give 'session' too")
+    return ReplayRequest(body, max_tokens, arrival_s=arrival, session=session, turn=turn, line=line)
+
+
+def _messages(bad: Callable[[str | None, str], RequestFileError], value: Any) -> Messages:
+    if isinstance(value, str):  # a CSV cell holds the JSON list
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise bad("messages", f"not a JSON list of messages: {e.msg}") from None
+    if not isinstance(value, list) or not value:
+        raise bad("messages", "must be a non-empty list of {role, content} objects")
+    for i, m in enumerate(value):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise bad(f"messages[{i}].role", f"must be one of {', '.join(ROLES)}")
+        if not isinstance(m.get("content"), str) or not m["content"].strip():
+            raise bad(f"messages[{i}].content", "is empty")
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def _number(bad: Callable[[str | None, str], RequestFileError], field: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise bad(field, f"must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(number):
+        raise bad(field, f"must be a finite number, got {value!r}")
+    return number
+
+
+def _whole(bad: Callable[[str | None, str], RequestFileError], field: str, value: Any, minimum: int) -> int:
+    number = _number(bad, field, value)
+    if number != int(number) or number < minimum:
+        raise bad(field, f"must be a whole number >= {minimum}, got {value!r}")
+    return int(number)
+
+
+def _check_arrivals(shown: str, requests: list[ReplayRequest]) -> None:
+    """All rows or none carry an arrival time, in non-decreasing order (the file is the timeline)."""
+    timed = [r for r in requests if r.arrival_s is not None]
+    if timed and len(timed) != len(requests):
+        first = next(r for r in requests if r.arrival_s is None)
+        raise RequestFileError(shown, first.line, "arrival_s", "missing: give an arrival time on every row or on none")
+    for before, after in zip(timed, timed[1:]):
+        if after.arrival_s < before.arrival_s:  # type: ignore[operator]
+            raise RequestFileError(shown, after.line, "arrival_s",
+                                   f"out of order: {after.arrival_s:g} s comes after {before.arrival_s:g} s "
+                                   f"(line {before.line}); sort the file by arrival time")
+
+
+def _check_sessions(shown: str, requests: list[ReplayRequest]) -> None:
+    """Turns of a session are numbered 1, 2, ... in file order (unnumbered: file order numbers them)."""
+    last: dict[str, int] = {}
+    for r in requests:
+        if r.session is None:
+            continue
+        expected = last.get(r.session, 0) + 1
+        if r.turn == 0:
+            r.turn = expected
+        elif r.turn != expected:
+            problem = (f"session {r.session!r} turn {r.turn} refers to turn {r.turn - 1}, which is missing"
+                       if r.turn > expected else
+                       f"session {r.session!r} turn {r.turn} comes after turn {expected - 1}: turns go in file order")
+            raise RequestFileError(shown, r.line, "turn", problem)
+        last[r.session] = r.turn
+
+
+# ---- using the rows --------------------------------------------------------------------------
+def has_arrivals(requests: Sequence[GenerationRequest]) -> bool:
+    return bool(requests) and all(isinstance(r, ReplayRequest) and r.arrival_s is not None for r in requests)
+
+
+def recorded_arrivals(requests: Sequence[GenerationRequest], time_scale: float) -> list[float]:
+    """Send times from the recorded ones: from 0, stretched by time_scale (0.5: twice as fast)."""
+    first = requests[0].arrival_s  # type: ignore[attr-defined]
+    return [(r.arrival_s - first) * time_scale for r in requests]  # type: ignore[attr-defined]
+
+
+def cycled(requests: Sequence[ReplayRequest], n: int) -> list[ReplayRequest]:
+    """n requests: the file repeated as often as needed; each copy's sessions are new ones."""
+    out = []
+    for i in range(n):
+        r = requests[i % len(requests)]
+        copy = i // len(requests)
+        out.append(replace(r, session=f"{r.session}#{copy}") if r.session is not None and copy else r)
+    return out
+
+
+def warmup_of(requests: Sequence[ReplayRequest], n: int) -> list[GenerationRequest]:
+    """The first n rows as standalone requests (no conversation around them)."""
+    return [GenerationRequest(r.prompt, r.max_new_tokens, list(r.stop)) for r in requests[:n]]
+
+
+Send = Callable[[GenerationRequest], Awaitable[RequestTrace]]
+
+
+class Conversations:
+    """Wraps a send so session turns go in order, each with the conversation so far.
+
+    Turn k waits until turn k-1 has finished (a person reads the reply before writing the next
+    message); its trace starts when it is sent, so that wait is not counted as latency. Turn 1
+    starts a session afresh, so the same requests replay identically at every level."""
+
+    def __init__(self) -> None:
+        self.history: dict[str, Messages] = {}
+        self.done: dict[tuple[str, int], asyncio.Future[None]] = {}
+        self.sent: list[GenerationRequest] = []  # what actually went out, in send order (for tests)
+
+    def _done(self, session: str, turn: int) -> asyncio.Future[None]:
+        key = (session, turn)
+        if key not in self.done:
+            self.done[key] = asyncio.get_running_loop().create_future()
+        return self.done[key]
+
+    def wrap(self, send: Send) -> Send:
+        async def sending(request: GenerationRequest) -> RequestTrace:
+            if not isinstance(request, ReplayRequest) or request.session is None:
+                self.sent.append(request)
+                return await send(request)
+            s, k = request.session, request.turn
+            if k == 1:
+                self.history[s] = []
+                for key in [key for key in self.done if key[0] == s]:
+                    del self.done[key]
+            else:
+                await self._done(s, k - 1)
+            asked = list(request.prompt) if isinstance(request.prompt, list) else [
+                {"role": "user", "content": request.prompt}]
+            messages = [*self.history[s], *asked]
+            turn = GenerationRequest(messages, request.max_new_tokens, list(request.stop))
+            self.sent.append(turn)
+            try:
+                trace = await send(turn)
+                self.history[s] = [*messages, {"role": "assistant", "content": trace.text}]
+                return trace
+            finally:  # a failed turn still lets the conversation go on
+                self.history.setdefault(s, messages)
+                done = self._done(s, k)
+                if not done.done():
+                    done.set_result(None)
+
+        return sending

@@ -1,0 +1,147 @@
+"""Capacity into instances and money (selector.selection.cost), policy.objective=cost_at_traffic,
+and the headline sentence it gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from selector.config import PolicyConfig
+from selector.errors import ConfigError
+from selector.selection import select
+from selector.selection.cost import HOURS_PER_MONTH, record_cost, slo_words, traffic_cost
+from selector.types import CapacityResult, CapacityStep, LoadLevel
+from tests.factories import perf, run_record, task_result
+
+
+def capacity(rps: float | None, tokens_per_request: float = 100.0, slo: dict | None = None) -> CapacityResult:
+    rate = rps if rps is not None else 0.5
+    level = LoadLevel(rate_rps=rate, requests=59, errors=0, duration_s=10.0, request_throughput=rate,
+                      output_tokens_per_s=rate * tokens_per_request, cpu_util_pct=70.0)
+    bound = 1500.0 if rps is not None else None
+    step = CapacityStep(rate_rps=rate, passed=rps is not None, level=level,
+                        checks={"e2e_ms_p95": {"estimate": 1000.0 if rps else 9000.0, "upper": bound, "limit": 4000.0}})
+    return CapacityResult(slo=slo or {"e2e_ms_p95": 4000}, confidence=0.95, tolerance=0.1, requests_per_step=59,
+                          capacity_rps=rps, failed_rps=None if rps else rate, steps=[step],
+                          output_tokens_per_s=level.output_tokens_per_s, cpu_util_pct=level.cpu_util_pct,
+                          note="" if rps else "even the lowest...")
+
+
+def record(name: str, weight_gb: float, cap: float | None, accuracy: int = 9):  # type: ignore[no-untyped-def]
+    p = perf()
+    p.capacity = capacity(cap)
+    return run_record(name, "bf16", [task_result("t", [1.0] * accuracy + [0.0] * (10 - accuracy))],
+                      weight_bytes=int(weight_gb * 1e9), perf=p)
+
+
+def test_instances_are_the_ceiling_of_traffic_over_capacity() -> None:
+    cost = traffic_cost(capacity_rps=3.1, traffic_rps=20.0, cost_per_hour=2.0, tokens_per_request=150.0)
+    assert cost.instances == 7  # 20 / 3.1 = 6.45
+    assert cost.cost_per_month == pytest.approx(7 * 2.0 * 730)
+    tokens = 20.0 * 150.0 * 3600 * 730  # output tokens a month at the traffic
+    assert cost.cost_per_million_tokens == pytest.approx(7 * 2.0 * 730 / tokens * 1e6)
+    assert traffic_cost(4.0, 20.0, 1.0).instances == 5  # exactly divisible: no sixth machine
+    assert traffic_cost(0.1 + 0.2, 0.9, 1.0).instances == 3  # 0.9 / 0.30000000000000004 rounds the right way
+    assert traffic_cost(50.0, 20.0, 1.0).instances == 1
+    assert traffic_cost(4.0, 20.0, 1.0).cost_per_million_tokens is None  # no token count: no per-token price
+    assert HOURS_PER_MONTH == 730
+    with pytest.raises(ValueError):
+        traffic_cost(0.0, 20.0, 1.0)
+
+
+def test_slo_words() -> None:
+    words = slo_words({"e2e_ms_p95": 4000, "ttft_ms_p99": 500, "e2e_ms": 9000})
+    assert words == "p95 e2e <= 4 s and p99 ttft <= 500 ms"
+
+
+def test_cost_at_traffic_ranks_by_monthly_cost_and_says_it_in_the_headline() -> None:
+    records = [record("small", 0.3, 1.0), record("big", 1.0, 3.1), record("slow", 0.2, None)]
+    policy = PolicyConfig(floors={"t": 0.8}, objective="cost_at_traffic", traffic_rps=20.0, cost_per_hour=2.0)
+    s = select(records, policy)
+    verdicts = {v.variant: v for v in s.verdicts}
+    assert verdicts["small/bf16"].objective == pytest.approx(20 * 2.0 * 730)  # 20 machines
+    assert verdicts["big/bf16"].objective == pytest.approx(7 * 2.0 * 730)
+    assert s.winner == "big/bf16"  # bigger weights, fewer machines
+    assert verdicts["slow/bf16"].status == "rejected"
+    assert any("measure.load.capacity=true" in r for r in verdicts["slow/bf16"].reasons)
+    assert ("big/bf16 holds 3.1 req/s at p95 e2e <= 4 s on this machine; your 20 req/s needs 7 of them, "
+            "about $10,220 per month ($1.94 per million output tokens).") in s.summary
+    assert s.summary.startswith("Recommend big/bf16: the cheapest variant at your traffic")
+    cost = record_cost(records[1], policy)
+    assert cost is not None and cost.tokens_per_request == pytest.approx(100.0)
+    # Under another objective the traffic sentence still follows the recommendation.
+    s = select(records, PolicyConfig(floors={"t": 0.8}, traffic_rps=20.0, cost_per_hour=2.0))
+    assert s.winner == "slow/bf16" and "slow/bf16 does not hold p95 e2e <= 4 s on this machine even at 0.5 req/s" \
+        in s.summary
+
+
+def test_cost_at_traffic_needs_a_traffic_and_a_price() -> None:
+    records = [record("a", 0.3, 1.0)]
+    with pytest.raises(ConfigError, match="traffic_rps"):
+        select(records, PolicyConfig(objective="cost_at_traffic", cost_per_hour=1.0))
+    with pytest.raises(ConfigError, match="cost_per_hour"):
+        select(records, PolicyConfig(objective="cost_at_traffic", traffic_rps=5.0))
+    s = select(records, PolicyConfig(objective="cost_at_traffic", traffic_rps=5.0, price_per_hour=1.0))
+    assert s.winner == "a/bf16" and s.verdicts[0].objective == pytest.approx(5 * 730)
+
+
+def test_the_report_and_console_show_capacity_cost_and_the_probes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import io
+
+    from rich.console import Console
+
+    from selector.report import render_terminal_summary, write_report
+
+    records = [record("small", 0.3, 1.0), record("big", 1.0, 3.1), record("slow", 0.2, None)]
+    policy = PolicyConfig(floors={"t": 0.8}, objective="cost_at_traffic", traffic_rps=20.0, cost_per_hour=2.0)
+    s = select(records, policy)
+    paths = write_report(records, s, {"experiment": "x"}, tmp_path)
+    md = paths["md"].read_text()
+    assert "### Capacity at the SLO" in md and "### Load levels" not in md  # no ladder ran: no empty tables
+    row = next(line for line in md.splitlines() if line.startswith("| big/bf16") and "$10,220" in line)
+    assert "3.1" in row and "| 7 |" in row and "$1.94" in row
+    assert "&lt; 0.500" in md and "slow/bf16: even the lowest" in md
+    assert "ceil(20 req/s / capacity) machines" in md
+    assert "### Latency against arrival rate" in md and "| small/bf16 | 1.00 | yes |" in md
+    html = paths["html"].read_text()
+    assert 'id="load-capacity"' in html and "$10,220" in html
+    assert "plot-capacity" in html and "Latency vs arrival rate: the capacity search" in html
+    assert "e2e_ms_p95 1,500 / 4,000" in md or "e2e_ms_p95 1500 / 4000" in md  # each probe's bound and limit
+    out = io.StringIO()
+    Console(file=out, width=200).print(render_terminal_summary(records, s))
+    assert "Capacity at the SLO" in out.getvalue() and "$10,220" in out.getvalue()
+
+
+def test_capacity_and_its_probes_become_mlflow_metrics() -> None:
+    from selector.trackers.naming import load_metrics, record_metrics
+
+    r = record("big", 1.0, 3.1)
+    m = record_metrics(r)
+    assert m["capacity/rps"] == 3.1 and m["capacity/probes"] == 1 and m["capacity/output_tokens_per_s"] == 310
+    assert m["capacity/cpu_util_pct"] == 70 and "capacity/failed_rps" not in m
+    steps = load_metrics(r)
+    assert ("capacity_probe/rate_rps", 3.1, 0) in steps and ("capacity_probe/passed", 1.0, 0) in steps
+    replay = LoadLevel(requests=3, errors=0, duration_s=1.0, request_throughput=3.0, output_tokens_per_s=9.0,
+                       replay_scale=0.5)
+    r.perf.load.append(replay)  # type: ignore[union-attr]
+    assert ("load_recorded0.5/request_throughput", 3.0, 0) in load_metrics(r)
+
+
+def test_a_load_test_asked_for_is_never_silently_missing() -> None:
+    asked = {"measure": {"load": {"enabled": True, "capacity": False}}}
+    done = record("big", 1.0, 3.1)
+    stopped = run_record("tiny", "int4", status="stopped", reason="stopped early: t below its floor", config=asked)
+    skipped = run_record("huge", "bf16", status="not_needed", reason="not needed", config=asked)
+    quiet = run_record("other", "int4", status="stopped", config={"measure": {"load": {"enabled": False}}})
+    s = select([done, stopped, skipped, quiet], PolicyConfig(floors={"t": 0.8}))
+    assert ("No load figures for tiny/int4, though measure.load asked for them: the adaptive search stopped them "
+            "early below a floor. Run again with search=grid to measure them.") in s.warnings
+    assert any(w.startswith("No load figures for huge/bf16") and "search.complete=true" in w for w in s.warnings)
+    assert not any("other/int4" in w for w in s.warnings if w.startswith("No load figures"))  # it asked for none
+
+
+def test_no_capacity_anywhere_says_nothing_can_be_ranked_not_that_a_floor_failed() -> None:
+    s = select([record("slow", 0.2, None)], PolicyConfig(floors={"t": 0.8}, objective="cost_at_traffic",
+                                                         traffic_rps=20.0, cost_per_hour=1.0))
+    assert s.winner is None
+    assert s.summary.startswith("No variant can be ranked on objective cost_at_traffic: slow/bf16 cost per month")
+    assert "measure.load.capacity=true" in s.summary and "floor" not in s.summary.split(":")[0]
