@@ -74,7 +74,8 @@ def slow_server(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     """The vLLM stand-in taking 20 ms per generated token, one request at a time."""
     from selector.serving.session import served_engine
 
-    engine = compose(["engine=openai-vllm"]).engine
+    # engine=openai with a server command: engine=vllm (and its alias openai-vllm) starts real vLLM
+    engine = compose(["engine=openai", "engine.base_url=null", "engine.served_model=variant"]).engine
     engine.server_command = (f"{sys.executable} {ROOT / 'tests' / 'vllm_standin.py'} serve {{model_path}} "
                              "--host {host} --port {port} --dtype {dtype} --served-model-name {served_model} "
                              "--token-delay-ms 20 --disable-uvicorn-access-log")
