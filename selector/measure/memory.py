@@ -79,9 +79,9 @@ def reset_cuda_peak() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def _status_kib(field: str) -> int | None:
+def _status_kib(field: str, status: Path = STATUS) -> int | None:
     try:
-        match = re.search(rf"^{field}:\s+(\d+) kB", STATUS.read_text(), re.MULTILINE)
+        match = re.search(rf"^{field}:\s+(\d+) kB", status.read_text(), re.MULTILINE)
     except OSError:
         return None
     return int(match.group(1)) if match else None
@@ -138,14 +138,7 @@ class PhaseMeter:
 def server_peak(processes: list[Any]) -> PeakMemory | None:
     """A server's serving peak: the sum of its processes' resident high-water marks (they run side by
     side, so the sum bounds what they held at once). None for a server that is not this machine's."""
-    total = 0
-    for proc in processes:
-        try:
-            text = Path(f"/proc/{proc.pid}/status").read_text()
-        except OSError:
-            continue
-        match = re.search(r"^VmHWM:\s+(\d+) kB", text, re.MULTILINE)
-        total += int(match.group(1)) * 1024 if match else 0
+    total = sum(_status_kib("VmHWM", Path(f"/proc/{proc.pid}/status")) or 0 for proc in processes) * 1024
     return PeakMemory(rss_bytes=total) if total else None
 
 
