@@ -12,6 +12,15 @@ calibration pass). Equal means: within tie_tolerance (relative) of the smallest 
 group, groups formed walking up from the smallest. The tolerance is kept <= the pruning margin, so
 putting a slightly larger unquantized candidate first can never get a smaller one pruned.
 
+Baseline first (`baseline_first`, on when fidelity is measured; not under the fixed sequence, whose
+order is the size ladder): a model's baseline precision moves to just before that model's first
+other candidate, and no sibling starts while its baseline runs. Every sibling's fidelity is measured
+against the baseline's reference, which the baseline's own run writes; run after it, a sibling finds
+the reference cached instead of loading the baseline a second time in its preparation process.
+Moving a larger candidate earlier never gets a smaller one pruned; the price is a baseline run that
+pruning would have spared when none of that model's candidates wins, and waves that end early
+(benchmarks/adaptive_simulation.py measures both).
+
 Pruning (objective weight_memory only): once a candidate is eligible, every candidate not yet run
 whose planned weight exceeds the best measured weight by more than `prune_margin` is "not needed".
 The margin covers the plan's error: planned weights were within 1.7% of measured ones
@@ -90,6 +99,7 @@ class SearchDriver:
     prune_margin: float = 0.05
     tie_tolerance: float = 0.05
     descending: bool = False  # policy.winner_control=fixed_sequence: largest first, stop below a failure
+    baseline_first: bool = False  # each model's baseline runs before its other precisions (see above)
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -105,6 +115,8 @@ class SearchDriver:
         ordered = search_order(pool, self.tie_tolerance)
         if self.descending:  # the selection's fixed sequence walks down the size ladder: so does the search
             ordered = sorted(pool, key=lambda c: (-c.planned, c.name))
+        if self.baseline_first and not self.descending:  # the fixed sequence's order is its rule
+            ordered = baselines_before_siblings(ordered)
         self.order = tuple(c.name for c in ordered if c.name not in self.first)
         for name in self.first:
             self.states[name].role = "first"
@@ -137,7 +149,8 @@ class SearchDriver:
             return None  # the ordered search waits for the reference
         pending = [n for n in self.order if self.states[n].status == "pending"]
         if pending:
-            return self._start("search", pending[:free])
+            startable = self._startable(pending, free)
+            return self._start("search", startable) if startable else None
         if self._with("running"):
             return None
         if not self._evidence_planned:
@@ -154,6 +167,20 @@ class SearchDriver:
         if self._with("running", "pending"):
             return False
         return self._evidence_planned or self._evidence_needed() is None
+
+    def _startable(self, pending: list[str], free: int) -> list[str]:
+        """The next `free` pending names in order, up to (baseline_first) a sibling whose baseline is
+        running or starts in this same wave: it would make the reference a second time. The wave ends
+        there rather than skip ahead, since what comes later is larger and may yet be pruned."""
+        wave: list[str] = []
+        for name in pending[:free]:
+            model = self.states[name].candidate.model
+            if self.baseline_first and not self.states[name].candidate.is_baseline and any(
+                    s.candidate.model == model and s.candidate.is_baseline
+                    and (s.status == "running" or s.candidate.name in wave) for s in self.states.values()):
+                break
+            wave.append(name)
+        return wave
 
     def _start(self, kind: str, names: list[str]) -> Wave:
         for name in names:
@@ -267,4 +294,16 @@ def search_order(candidates: Iterable[Candidate], tie_tolerance: float) -> list[
             j += 1
         out += sorted(by_size[i:j], key=lambda c: (c.needs_quantization, c.planned, c.name))
         i = j
+    return out
+
+
+def baselines_before_siblings(ordered: list[Candidate]) -> list[Candidate]:
+    """`ordered` with each available baseline moved to just before its model's first other
+    available candidate (when it was later than that)."""
+    out = list(ordered)
+    for base in [c for c in ordered if c.is_baseline and c.available]:
+        siblings = [i for i, c in enumerate(out) if c.model == base.model and c is not base and c.available]
+        if siblings and out.index(base) > siblings[0]:
+            out.remove(base)
+            out.insert(siblings[0], base)
     return out

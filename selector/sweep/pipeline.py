@@ -178,6 +178,9 @@ class VariantRun:
         with self.timed("evaluate"):
             self._evaluate(engine, tasks)
         if self.decision is not None:  # stopped early: what it weighs, and nothing else to measure
+            if cfg.measure.fidelity and cfg.precision.name == cfg.baseline_precision:
+                with self.timed("fidelity"):  # but a baseline still leaves its siblings their reference
+                    self._fidelity(loaded, tasks)
             self._measure_memory(resolved, loaded, device)
             return
         if self.is_reference and cfg.measure.noise_floor.repeats > 0:

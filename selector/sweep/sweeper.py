@@ -73,7 +73,8 @@ class SweepRunner:
         driver = SearchDriver(candidates(variants), workers=width.workers, objective=cfg.policy.objective,
                               complete=bool(search.get("complete")), first=first,
                               prune_margin=float(search.get("prune_margin", 0.05)),
-                              descending=cfg.policy.winner_control == "fixed_sequence")
+                              descending=cfg.policy.winner_control == "fixed_sequence",
+                              baseline_first=bool(cfg.measure.fidelity))
         log.info("adaptive search over %d variants, %d at a time (%s), in this order: %s", len(variants),
                  driver.workers, width.source, ", ".join(driver.order))
         results, index, waves = [], 0, []

@@ -95,13 +95,14 @@ def test_two_variants_run_at_once_each_on_its_own_gpu(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_adaptive_search_runs_in_waves_of_the_pool_size(tmp_path: Path) -> None:
     """Two GPUs in the pool: waves of two, smallest planned first; once a wave has an eligible
-    variant, the larger ones left are not needed."""
+    variant, the larger ones left are not needed. Fidelity off: with it, bf16 (the baseline) would
+    run alone first so that its siblings find its reference (tests/unit/test_search_driver.py)."""
     write_model_config(tmp_path / "conf", "tiny", build_tiny_llama(tmp_path / "tiny-model"))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"output_dir={out}",
            f"cache_dir={tmp_path / 'cache'}", "model=tiny", "precision=fp32,bf16,int8", "measure=quick",
            "evalset.limit=2", "evalset.tasks=[sentiment]", "policy.floors.sentiment=0.0", "threads=1",
-           "device=cpu", "hydra/launcher=joblib_gpus"]
+           "device=cpu", "hydra/launcher=joblib_gpus", "measure.fidelity=false"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
                           env={**os.environ, "SELECTOR_GPUS": "4,6"})
     assert done.returncode == 0, done.stderr[-6000:]

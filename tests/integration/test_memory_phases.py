@@ -1,9 +1,11 @@
 """A variant's memory as served (docs/memory.md), on a tiny Llama large enough for its weights to
 show in the resident set above its noise (150M parameters: 600 MB fp32 on disk, 300 MB at bf16, 150 MB at int8).
 
-Under the adaptive search int8 runs before its bf16 baseline, so its fidelity reference is made
-while it runs: in the preparation process, whose peak is the variant's preparation peak and never
-its serving peak. Its serving peak must hold its own weights, not the baseline's."""
+When int8 runs before its bf16 baseline (here a grid listing int8 first; the adaptive search did
+so before baselines went first), its fidelity reference is made while it runs: in the preparation
+process, whose peak is the variant's preparation peak and never its serving peak. Its serving peak
+must hold its own weights, not the baseline's. Under the adaptive search the baseline runs first and
+writes the reference itself, so it loads once in the whole sweep."""
 
 from __future__ import annotations
 
@@ -32,14 +34,14 @@ def _records(out: Path) -> dict[str, dict]:  # type: ignore[type-arg]
 def test_serving_peak_leaves_out_the_baseline_that_ran_after_it(tmp_path: Path, wide_model: Path) -> None:
     setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": tmp_path / "cache"}
     write_model_config(setup["conf"], "wide", wide_model)
-    result = run_selector(setup, "model=wide", "precision=bf16,int8", "measure=quick", "evalset.limit=4",
-                          "evalset.tasks=[sentiment,arithmetic]", "policy.floors.sentiment=0.0",
+    result = run_selector(setup, "model=wide", "precision=int8,bf16", "search=grid", "measure=quick",
+                          "evalset.limit=4", "evalset.tasks=[sentiment,arithmetic]", "policy.floors.sentiment=0.0",
                           "policy.floors.arithmetic=0.0", "policy.max_memory_gb=100", "threads=2")
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(setup["out"])
     int8, bf16 = records["wide/int8"], records["wide/bf16"]
     assert int8["status"] == bf16["status"] == "completed"
-    assert int8["finished_at"] <= bf16["started_at"]  # the adaptive order: the smaller variant first
+    assert int8["finished_at"] <= bf16["started_at"]  # the grid's order: as listed
     mem, base = int8["memory"], bf16["memory"]
     print(json.dumps({"int8": mem, "bf16": base}, indent=1))
     # int8 made the bf16 reference in its preparation process, and was compared against it
@@ -65,3 +67,23 @@ def test_serving_peak_leaves_out_the_baseline_that_ran_after_it(tmp_path: Path, 
 
     print("serving above the runtime (MB):", growth(mem) / MB, growth(second["memory"]) / MB)
     assert abs(growth(mem) - growth(second["memory"])) < base["weight_bytes"] / 2
+
+
+def test_adaptive_search_loads_the_baseline_once(tmp_path: Path, wide_model: Path) -> None:
+    """bf16 runs first and writes the reference; int8 then finds it cached: nothing of the baseline
+    in its preparation, and no evidence wave loading bf16 again after the search."""
+    setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": tmp_path / "cache"}
+    write_model_config(setup["conf"], "wide", wide_model)
+    result = run_selector(setup, "model=wide", "precision=bf16,int8", "measure=quick", "evalset.limit=4",
+                          "evalset.tasks=[sentiment,arithmetic]", "policy.floors.sentiment=0.0",
+                          "policy.floors.arithmetic=0.0", "threads=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = _records(setup["out"])
+    int8, bf16 = records["wide/int8"], records["wide/bf16"]
+    assert bf16["finished_at"] <= int8["started_at"]
+    assert not any("fidelity reference" in line for line in int8["config"].get("prepared", []))
+    assert int8["fidelity"]["baseline"] == "wide/bf16" and int8["fidelity"]["mean_kl"] > 0
+    [state] = [json.loads(p.read_text()) for p in (setup["out"] / "sweeps").glob("*/sweep.json")]
+    assert [(w["kind"], w["names"]) for w in state["search"]["waves"]] == [("search", ["wide/bf16"]),
+                                                                          ("search", ["wide/int8"])]
+    assert state["search"]["counts"]["materialized"] == 2

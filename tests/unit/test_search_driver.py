@@ -193,3 +193,40 @@ def test_fixed_sequence_runs_largest_first_and_stops_below_a_failure():
     assert {n: s for n, s, _ in driver.verdicts()} == {
         "l/bf16": "eligible", "m/bf16": "stopped", "m/int4": "pruned", "s/bf16": "pruned", "s/int4": "pruned"}
     assert "stopped at m/bf16" in dict((n, r) for n, _, r in driver.verdicts())["s/int4"]
+
+
+def test_baseline_first_moves_each_baseline_before_its_siblings_only():
+    names = list(SearchDriver(ladder(), baseline_first=True).order)
+    # each model's bf16 jumps to just before its smallest sibling; the models keep their places
+    assert names == ["small/bf16", "small/int4", "small/int8", "big/bf16", "big/int4", "big/int8"]
+    unavailable = [c if c.name != "small/int4" else Candidate(c.name, c.planned, c.model, True, False, False)
+                   for c in ladder()]
+    names = list(SearchDriver(unavailable, baseline_first=True).order)
+    assert names.index("small/bf16") == names.index("small/int8") - 1  # skipped siblings do not count
+
+
+def test_baseline_first_loads_the_winners_baseline_once():
+    outcomes = {"small/bf16": eligible(1.0), "small/int4": STOPPED, "small/int8": eligible(0.6),
+                "big/bf16": eligible(3.0), "big/int4": eligible(1.0), "big/int8": eligible(1.7)}
+    before = SearchDriver(ladder())
+    after = SearchDriver(ladder(), baseline_first=True)
+    assert [w for w in run(before, outcomes)][-1] == ("evidence", ("small/bf16",))  # loaded again after the search
+    waves = run(after, outcomes)
+    assert waves == [("search", ("small/bf16",)), ("search", ("small/int4",)), ("search", ("small/int8",))]
+    assert after.best == before.best == "small/int8"
+    assert after.counts()["materialized"] == before.counts()["materialized"] == 3
+    assert after.states["small/bf16"].runs == 1
+
+
+def test_baseline_first_holds_a_sibling_back_while_its_baseline_runs():
+    driver = SearchDriver(ladder(), workers=2, baseline_first=True)
+    first = driver.next_wave()
+    assert first.names == ("small/bf16",)  # its siblings wait for their reference; nothing larger jumps ahead
+    assert driver.next_wave() is None
+    driver.report("small/bf16", eligible(1.0))  # prunes big/int8 and big/bf16 (planned above 1.05 GB)
+    assert driver.next_wave().names == ("small/int4", "small/int8")
+
+
+def test_baseline_first_leaves_the_fixed_sequence_alone():
+    plain = SearchDriver(ladder(), descending=True).order
+    assert SearchDriver(ladder(), descending=True, baseline_first=True).order == plain
