@@ -207,14 +207,12 @@ def compose(model: str, precision: str) -> Any:
 def load_selector_model(cfg: Any) -> tuple[Any, Any, float]:
     """(resolved source, loaded model, load seconds), loaded the way a selector run loads it."""
     from selector import models
-    from selector.precisions import get_backend
-    from selector.precisions.base import LoadContext
+    from selector.precisions import load_variant
 
-    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)
+    models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)  # not timed
     start = time.perf_counter()
-    ctx = LoadContext(model_cfg=cfg.model, device="cpu", cache_dir=Path(cfg.cache_dir),
-                      calibration=cfg.calibration, progress=False)
-    loaded = get_backend(cfg.precision.backend).load(resolved, cfg.precision, ctx)
+    resolved, loaded = load_variant(cfg.model, cfg.precision, cfg.cache_dir, "cpu", calibration=cfg.calibration,
+                                    progress=False)
     return resolved, loaded, time.perf_counter() - start
 
 

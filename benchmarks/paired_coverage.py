@@ -37,7 +37,7 @@ from selector.selection.checks import non_inferiority_check
 from selector.selection.evidence import Evidence, paired_diff
 from selector.stats import bootstrap_interval
 from selector.stats_paired import noninferiority_exact_p, tango_interval
-from selector.types import RunRecord, TaskResult, Variant
+from selector.records import RunRecord, TaskResult, Variant
 
 SEED = 20261201
 MARGIN, CONFIDENCE = 0.05, 0.95

@@ -46,7 +46,7 @@ from selector.config import PolicyConfig
 from selector.search.sequential import TaskSpec, floor_tests_for_policy
 from selector.selection import select
 from selector.sweep import evaluation
-from selector.types import MemoryResult, RunRecord, SampleRecord, TaskResult, Variant
+from selector.records import MemoryResult, RunRecord, SampleRecord, TaskResult, Variant
 
 SEED = 20261202
 SIZES = {"sentiment": 48, "extraction": 48, "arithmetic": 48, "code": 42}

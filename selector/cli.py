@@ -21,7 +21,7 @@ from selector.errors import UsageExit, UserError
 def _hydra_entry() -> None:
     import hydra
 
-    from selector.sweep.task import run_job
+    from selector.sweep.job import run_job
 
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(run_job)()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from selector.config import CONF_DIR, ModelConfig, PrecisionConfig, SelectorConfig
-from selector.types import (
+from selector.records import (
     LatencyResult, LoadLevel, MemoryResult, Percentiles, PerfResult, RunRecord, TaskResult, ThroughputPoint, Variant,
 )
 

@@ -31,7 +31,7 @@ from selector.config import LoadConfig
 from selector.engines.trace import RequestTrace
 from selector.errors import ConfigError
 from selector.measure.load_driver import LevelOutcome, parse_slo_key
-from selector.types import CapacityResult, CapacityStep
+from selector.records import CapacityResult, CapacityStep
 
 ProbeAt = Callable[[float], Awaitable[LevelOutcome]]  # a rate -> that step, measured
 

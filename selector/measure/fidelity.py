@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from selector.config import SelectorConfig, to_dict
-from selector.types import FidelityResult
+from selector.records import FidelityResult
 
 log = logging.getLogger("selector.measure.fidelity")
 
@@ -241,26 +241,22 @@ def ensure_reference(cfg: SelectorConfig, tasks: Sequence[Any], device: str, sea
     variant's own results do not depend on it)."""
     import torch
 
-    from selector import models
     from selector.compose import precision_by_name
     from selector.errors import UserError
-    from selector.precisions import get_backend
-    from selector.precisions.base import LoadContext
+    from selector.precisions import get_backend, load_variant
 
     try:
         precision = precision_by_name(cfg.baseline_precision, list(searchpath))
     except UserError as e:
         log.warning("fidelity: baseline precision %r cannot be composed (%s); skipped", cfg.baseline_precision, e)
         return f"no fidelity reference: baseline {cfg.baseline_precision} cannot be composed"
-    backend = get_backend(precision.backend)
-    ok, why = backend.availability(precision, device)
+    ok, why = get_backend(precision.backend).availability(precision, device)
     if not ok:
         log.warning("fidelity: baseline %s cannot run here (%s); skipped", precision.name, why)
         return f"no fidelity reference: {why}"
-    ctx = LoadContext(model_cfg=cfg.model, device=device, cache_dir=Path(cfg.cache_dir), calibration=cfg.calibration)
     try:
-        resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=precision.name, progress=False)
-        baseline = backend.load(resolved, precision, ctx)
+        _, baseline = load_variant(cfg.model, precision, cfg.cache_dir, device, calibration=cfg.calibration,
+                                   progress=False)
     except Exception as e:  # e.g. no memory for the baseline: the variant's own results still stand
         log.warning("fidelity: could not load the baseline %s (%s: %s); skipped", precision.name, type(e).__name__, e)
         return f"no fidelity reference: loading {precision.name} failed ({type(e).__name__})"

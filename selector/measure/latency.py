@@ -14,7 +14,7 @@ import torch
 from selector.config import LatencyConfig, ThroughputConfig
 from selector.measure.percentiles import summarize
 from selector.measure.timing import synthetic_prompt, timed_generate
-from selector.types import LatencyResult, ThroughputPoint
+from selector.records import LatencyResult, ThroughputPoint
 
 
 def measure_latency(model: Any, tokenizer: Any, cfg: LatencyConfig, tick: Callable[[], None] | None = None,

@@ -4,7 +4,7 @@ A concurrency level keeps N requests in flight (closed loop); a rate level sends
 exponential gaps whatever the server does (open loop). Every level is bounded by its request count
 and by `max_duration_s` (requests still running then are cut off and counted as errors). A few
 warm-up requests run first and are not counted. Where the requests come from and what serves them
-is the caller's (selector.measure.load): this module only sends, times and summarizes.
+is the caller's (selector.measure.traffic): this module only sends, times and summarizes.
 
 The driver only awaits (sleeping event loop, blocking queues): it must not take the CPU it measures.
 Its own CPU use is measured and logged per level.
@@ -28,9 +28,9 @@ from selector.engines.trace import RequestTrace
 from selector.errors import ConfigError
 from selector.measure.percentiles import summarize
 from selector.measure.utilization import UtilizationMonitor
-from selector.types import LoadLevel, Percentiles
+from selector.records import LoadLevel, Percentiles
 
-log = logging.getLogger("selector.measure.load")
+log = logging.getLogger("selector.measure.traffic")
 
 Send = Callable[[GenerationRequest], Awaitable[RequestTrace]]
 SLO_FIELDS = ("ttft_ms", "itl_ms", "e2e_ms", "queue_ms")

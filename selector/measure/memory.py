@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from selector.types import MemoryResult, PeakMemory
+from selector.records import MemoryResult, PeakMemory
 
 STATUS = Path("/proc/self/status")
 CLEAR_REFS = Path("/proc/self/clear_refs")

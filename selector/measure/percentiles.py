@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from selector.types import Percentiles
+from selector.records import Percentiles
 
 
 def summarize(samples_ms: Sequence[float]) -> Percentiles:

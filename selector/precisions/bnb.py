@@ -18,7 +18,7 @@ from selector.config import PrecisionConfig
 from selector.precisions import weights
 from selector.precisions.base import Backend, LoadContext, LoadedModel, load_tokenizer, torch_dtype
 from selector.precisions.params import set_fields
-from selector.types import QuantInfo
+from selector.records import QuantInfo
 
 METHODS = ("int8", "nf4")
 

@@ -19,7 +19,7 @@ from selector.errors import UnavailableError
 from selector.precisions import kernels
 from selector.precisions.loading import LoadContext, torch_dtype
 from selector.precisions.kernel_info import inspect_kernel
-from selector.types import KernelInfo
+from selector.records import KernelInfo
 
 # gptqmodel's AWQ backends by the names transformers' AwqConfig takes for them.
 AWQ_CONFIG_BACKEND = {"awq_marlin": "marlin", "awq_exllama_v2": "exllama_v2", "awq_gemm": "gemm",

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from selector.config import PrecisionConfig
 from selector.errors import UnavailableError
-from selector.precisions import artifacts, cpu_fixes, groups, kernels, local, weights
+from selector.precisions import artifacts, calibrated, cpu_fixes, groups, kernels, weights
 from selector.precisions.base import Backend, LoadContext, LoadedModel, torch_dtype
 from selector.precisions.params import set_fields
 
@@ -102,13 +102,13 @@ class GptqModelBackend(Backend):
                     f"gptqmodel AWQ needs out_features divisible by {groups.AWQ_CLIP_ROWS}; {shown} are not "
                     "(use awq-int4, the llmcompressor AWQ)"
                 )
-        sizes, notes = local.group_size(params.group_size, linears)
-        plan = local.QuantPlan(
+        sizes, notes = calibrated.group_size(params.group_size, linears)
+        plan = calibrated.QuantPlan(
             library="gptqmodel",
             method=str(precision.method),
             bits=precision.bits or 4,
             params={**sizes, "batch_size": params.batch_size, **params.library_params()},
-            calibration=local.calibration(ctx),
+            calibration=calibrated.calibration(ctx),
             notes=notes,
             versions={"gptqmodel": gptqmodel.__version__, **artifacts.library_versions()},
         )
@@ -116,10 +116,10 @@ class GptqModelBackend(Backend):
         def build(out: Path) -> None:
             quantize_to(resolved, precision, ctx, plan, out)
 
-        return local.quantize_cached(resolved, precision, ctx, plan, build, self.name, params.kernel)
+        return calibrated.quantize_cached(resolved, precision, ctx, plan, build, self.name, params.kernel)
 
 
-def quantize_to(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, plan: local.QuantPlan, out: Path) -> None:
+def quantize_to(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, plan: calibrated.QuantPlan, out: Path) -> None:
     """Quantize the base model with gptqmodel and save it (safetensors) into `out`."""
     from gptqmodel import BACKEND, GPTQModel
     from gptqmodel.quantization import AWQConfig, GPTQConfig
@@ -136,8 +136,8 @@ def quantize_to(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, pla
         # gptqmodel forwards unknown kwargs to the model's constructor: pass only the revision.
         **({"revision": resolved.revision} if getattr(resolved, "revision", None) else {}),
     )
-    tokenizer = local.load_tokenizer(resolved)
-    ids = local.tokenize_calibration(tokenizer, plan.calibration.texts, plan.calibration.info["seq_len"])
+    tokenizer = calibrated.load_tokenizer(resolved)
+    ids = calibrated.tokenize_calibration(tokenizer, plan.calibration.texts, plan.calibration.info["seq_len"])
     plan.calibration.info["tokens"] = sum(len(x) for x in ids)
     rows = [{"input_ids": x, "attention_mask": [1] * len(x)} for x in ids]
     # AWQ's default kernel choice is a CUDA one; the portable torch kernel packs on CPU.
@@ -148,6 +148,6 @@ def quantize_to(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, pla
     if removed:
         plan.notes.append(f"removed stray rope_parameters keys {removed} before saving")
     model.save(str(out))
-    local.save_tokenizer(resolved, out)
+    calibrated.save_tokenizer(resolved, out)
     for leftover in ("quant_log.csv",):  # gptqmodel's per-layer log: not part of a checkpoint
         (out / leftover).unlink(missing_ok=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from selector.types import KernelInfo
+from selector.records import KernelInfo
 
 
 def inspect_kernel(model: Any, *, backend: str, kernel: str, requested: str = "auto", quantized: bool = True,

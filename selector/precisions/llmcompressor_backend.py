@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from selector.config import PrecisionConfig
-from selector.precisions import artifacts, cpu_fixes, groups, kernels, local, weights
+from selector.precisions import artifacts, calibrated, cpu_fixes, groups, kernels, weights
 from selector.precisions.base import Backend, LoadContext, LoadedModel, torch_dtype
 from selector.precisions.params import Where, param_error
 
@@ -109,15 +109,15 @@ class LlmCompressorBackend(Backend):
 
         params = self.params(precision)
         linears = groups.quantized_linears(resolved, ctx.model_cfg.trust_remote_code)
-        sizes, notes = local.group_size(params.group_size, linears)
-        plan = local.QuantPlan(
+        sizes, notes = calibrated.group_size(params.group_size, linears)
+        plan = calibrated.QuantPlan(
             library="llmcompressor",
             method=str(precision.method),
             bits=precision.bits or 4,
             params={**sizes, "symmetric": self.symmetric(precision),
                     "ignore": list(params.ignore if params.ignore is not None else ["lm_head"]),
                     **params.modifier_params(str(precision.method))},
-            calibration=local.calibration(ctx),
+            calibration=calibrated.calibration(ctx),
             notes=notes,
             versions={"llmcompressor": version("llmcompressor"),
                       **artifacts.library_versions("compressed-tensors")},
@@ -126,10 +126,10 @@ class LlmCompressorBackend(Backend):
         def build(out: Path) -> None:
             quantize_to(resolved, precision, ctx, plan, out)
 
-        return local.quantize_cached(resolved, precision, ctx, plan, build, self.name, params.kernel)
+        return calibrated.quantize_cached(resolved, precision, ctx, plan, build, self.name, params.kernel)
 
 
-def quantize_to(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, plan: local.QuantPlan, out: Path) -> None:
+def quantize_to(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, plan: calibrated.QuantPlan, out: Path) -> None:
     """Quantize the base model with llmcompressor's oneshot and save compressed-tensors into `out`."""
     from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
     from datasets import Dataset
@@ -154,9 +154,9 @@ def quantize_to(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, pla
     model = AutoModelForCausalLM.from_pretrained(
         resolved.path, dtype=torch_dtype(precision.dtype), **resolved.load_kwargs()
     )
-    tokenizer = local.load_tokenizer(resolved)
+    tokenizer = calibrated.load_tokenizer(resolved)
     seq_len = plan.calibration.info["seq_len"]
-    ids = local.tokenize_calibration(tokenizer, plan.calibration.texts, seq_len)
+    ids = calibrated.tokenize_calibration(tokenizer, plan.calibration.texts, seq_len)
     plan.calibration.info["tokens"] = sum(len(x) for x in ids)
     data = Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids]})
     with cpu_fixes.no_pinned_memory_without_accelerator():
@@ -169,4 +169,4 @@ def quantize_to(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, pla
             shuffle_calibration_samples=False,  # the texts are already in their seeded order
         )
     model.save_pretrained(out, save_compressed=True)
-    local.save_tokenizer(resolved, out)
+    calibrated.save_tokenizer(resolved, out)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from selector.config import CalibrationConfig, ModelConfig
-from selector.types import KernelInfo, QuantInfo
+from selector.records import KernelInfo, QuantInfo
 
 
 @dataclass

@@ -16,7 +16,7 @@ from selector.config import PrecisionConfig
 from selector.errors import ConfigError
 from selector.precisions.loading import LoadContext, LoadedModel, dir_bytes, load_tokenizer
 from selector.precisions.cpu_fixes import set_gptqmodel_workers
-from selector.types import QuantInfo
+from selector.records import QuantInfo
 
 # quant_method in config.json -> the package that loads it
 LOADER_PACKAGE = {

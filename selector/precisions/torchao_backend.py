@@ -18,7 +18,7 @@ from selector.config import PrecisionConfig
 from selector.precisions import weights
 from selector.precisions.base import Backend, LoadContext, LoadedModel, load_tokenizer, torch_dtype
 from selector.precisions.params import set_fields
-from selector.types import QuantInfo
+from selector.records import QuantInfo
 
 METHODS = ("int8_weight_only", "int8_dynamic", "int4_weight_only")
 CUDA_ONLY = {"int4_weight_only": "torchao int4 weight-only packs weights for CUDA kernels (no CPU kernel without mslk)"}

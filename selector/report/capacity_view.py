@@ -10,7 +10,7 @@ from selector.config import PolicyConfig
 from selector.report import fmt
 from selector.report.view import Cell, Table, order_records
 from selector.selection.cost import money, record_cost, slo_words
-from selector.types import RunRecord
+from selector.records import RunRecord
 
 
 def with_capacity(records: list[RunRecord]) -> list[RunRecord]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from selector.selection.measures import serving_peak
-from selector.types import LoadLevel, Percentiles, RunRecord
+from selector.records import LoadLevel, Percentiles, RunRecord
 
 RELATIVE = 0.05  # the least change that is not noise, relative to the earlier value
 Z = 1.96

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from selector.types import TaskResult
+from selector.records import TaskResult
 
 DASH = "—"
 GB = 1e9  # decimal gigabytes, the unit of the policy's max_weight_gb

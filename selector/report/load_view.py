@@ -12,7 +12,7 @@ from typing import Any
 from selector.report import fmt
 from selector.serving.diagnosis import SHORT, Serving, diagnose_ladder, headline
 from selector.report.view import Cell, Table, order_records
-from selector.types import LoadLevel, Percentiles, RunRecord, Selection, setting_label
+from selector.records import LoadLevel, Percentiles, RunRecord, Selection, setting_label
 
 SPLIT_NOTE = (
     "Shares are of the slowest requests' time (those at or above e2e p95: their queue, batch wait and compute "
@@ -93,7 +93,7 @@ def split_table(records: list[RunRecord]) -> Table:
 
 
 def settings_table(selection: Selection) -> Table | None:
-    """Serving settings of each model x precision side by side, the best first (selection.knobs)."""
+    """Serving settings of each model x precision side by side, the best first (selection.settings)."""
     if not selection.settings:
         return None
     limits = bool(selection.policy.get("latency_limits"))

@@ -13,7 +13,7 @@ from matplotlib.ticker import NullFormatter
 
 from selector.report.plots import MARKERS, OKABE_ITO, STYLE, Encoding, Plot, _svg, _text, plain_log_axis
 from selector.report.view import order_records
-from selector.types import LoadLevel, RunRecord, Selection, setting_label
+from selector.records import LoadLevel, RunRecord, Selection, setting_label
 
 
 def _x(level: LoadLevel, by_rate: bool) -> float | None:
@@ -90,7 +90,7 @@ def throughput_vs_latency(records: list[RunRecord]) -> Plot | None:
 
 def settings_tradeoff(records: list[RunRecord], selection: Selection) -> Plot | None:
     """Per model x precision, each serving setting's load levels: goodput (or requests/s without an
-    SLO) against e2e p95. The best setting (selection.knobs) is drawn bold."""
+    SLO) against e2e p95. The best setting (selection.settings) is drawn bold."""
     if not selection.settings:
         return None
     by_name = {r.name: r for r in records}

@@ -12,7 +12,7 @@ from typing import Any
 
 from selector.report import fmt
 from selector.selection.measures import PROCESS_PEAK, serving_peak
-from selector.types import RunRecord, Selection, TaskResult, Verdict
+from selector.records import RunRecord, Selection, TaskResult, Verdict
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from selector.selection.evidence import RIGHT_THRESHOLD, Evidence
 from selector.selection.ranking import Ranking, rank
 from selector.selection.partial import runner_up_unknown, unknown_reason
 from selector.stats import paired_sample_size, two_proportion_sample_size
-from selector.types import RunRecord
+from selector.records import RunRecord
 
 ALL_FLOORS = "all floors"
 SENSITIVITY_DELTAS = (-0.02, 0.02)  # floors moved by two points either way

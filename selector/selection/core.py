@@ -11,13 +11,13 @@ from selector.errors import ConfigError
 from selector.selection.analysis import pareto_front, sample_size_advice, sensitivity
 from selector.selection.checks import validate_policy
 from selector.selection.evidence import Evidence, gather, paired_diff
-from selector.selection.knobs import choose_settings
+from selector.selection.settings import choose_settings
 from selector.selection.measures import e2e_p50_ms, weight_gb
 from selector.selection.precision import pick_baseline, pick_reference
 from selector.selection.ranking import Ranking, format_objective, objective_value, rank
 from selector.selection.sequence import ladder
 from selector.selection.summary import collect_warnings, rejection_reasons, write_summary
-from selector.types import RunRecord, Selection, TaskInterval, Verdict
+from selector.records import RunRecord, Selection, TaskInterval, Verdict
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from selector.config import PolicyConfig
 from selector.measure.load_driver import parse_slo_key
-from selector.types import CapacityResult, RunRecord
+from selector.records import CapacityResult, RunRecord
 
 HOURS_PER_MONTH = 730.0  # 8760 hours a year / 12
 

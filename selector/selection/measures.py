@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from selector.errors import ConfigError
-from selector.types import LoadLevel, Percentiles, RunRecord
+from selector.records import LoadLevel, Percentiles, RunRecord
 
 GB = 1e9  # decimal gigabytes, as disk and GPU vendors count them
 

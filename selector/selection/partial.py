@@ -17,7 +17,7 @@ row, which variant makes it unknowable, or "" when it stands.
 from __future__ import annotations
 
 from selector.selection.precision import record_bits, record_params
-from selector.types import RunRecord
+from selector.records import RunRecord
 
 
 def size(record: RunRecord) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from selector.types import RunRecord
+from selector.records import RunRecord
 
 # Names whose width cannot be read off a digit in the name (or whose digit is not the width).
 _KNOWN_BITS = {

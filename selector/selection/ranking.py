@@ -1,6 +1,6 @@
 """Apply the policy's constraints to every completed variant and rank the eligible ones by the
 objective (lower is better); ties go to the higher accuracy, then, between serving settings of one
-model x precision, to the better setting (selection.knobs), then to the name."""
+model x precision, to the better setting (selection.settings), then to the name."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from selector.config import PolicyConfig
 from selector.selection.checks import build_checks
 from selector.selection.cost import cost_at_traffic, money
 from selector.selection.evidence import Evidence
-from selector.selection.knobs import setting_rank, shared_objectives
+from selector.selection.settings import setting_rank, shared_objectives
 from selector.selection.measures import cost_per_million_tokens, e2e_p50_ms, weight_gb
 from selector.selection.sequence import blocked_check, walk
-from selector.types import Check, RunRecord
+from selector.records import Check, RunRecord
 
 # objective -> (what it is, unit, how a person reads "lowest")
 OBJECTIVE_TEXT = {

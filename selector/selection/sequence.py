@@ -19,7 +19,7 @@ machine, not on any score); variants the search found not needed were below the 
 from __future__ import annotations
 
 from selector.selection.precision import record_bits, record_params
-from selector.types import Check, RunRecord
+from selector.records import Check, RunRecord
 
 CONTROLS = ("none", "fixed_sequence")
 

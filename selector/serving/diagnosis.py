@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from selector.types import LoadLevel
+from selector.records import LoadLevel
 
 DOMINANT = 0.5  # a layer holding at least this share of the time dominates the level
 NOTABLE = 0.25  # beside the dominant layer, a queue or batch-wait share this large is named too

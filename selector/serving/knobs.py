@@ -21,7 +21,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from selector.errors import ConfigError
-from selector.types import setting_label
+from selector.records import setting_label
 
 KNOBS = {  # dotted config key -> the short name a setting shows
     "measure.load.max_batch_size": "max_batch_size",

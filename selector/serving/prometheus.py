@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from selector.types import Percentiles
+from selector.records import Percentiles
 
 log = logging.getLogger("selector.serving.prometheus")
 

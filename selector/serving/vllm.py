@@ -164,7 +164,7 @@ VERSION_LINE = re.compile(r"LLM engine \(v([\w.+-]+)\)")  # "Initializing a V1 L
 
 def serving_info(server, start_s: float):  # type: ignore[no-untyped-def]
     """The record's account of a vLLM server that just became ready."""
-    from selector.types import ServingInfo
+    from selector.records import ServingInfo
 
     text = ""
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from selector.types import EngineAgreement, SampleRecord
+from selector.records import EngineAgreement, SampleRecord
 
 EXAMPLES = 3
 IN_PROCESS_NAMES = ("hf", "transformers")  # policy.deploy_engine values that mean the in-process engine

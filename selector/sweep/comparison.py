@@ -42,9 +42,9 @@ def write_comparison(comparison: dict[str, Any], out: Path) -> dict[str, Path]:
 def log_comparison(comparison: dict[str, Any], first: Side, last: Side, paths: dict[str, Path]) -> str | None:
     """Attach the comparison to the later sweep's parent run; the run id, or None without one."""
     from selector.report.compare_view import headline
-    from selector.trackers.comparison import log_comparison as log
+    from selector.trackers.comparison import attach_to_run
 
     if not last.parent_run_id or not last.tracking_uri:
         return None
     tags = {"selector.compared_to": first.parent_run_id or first.label, "selector.comparison": headline(comparison)}
-    return log(last.tracking_uri, last.parent_run_id, list(paths.values()), tags)
+    return attach_to_run(last.tracking_uri, last.parent_run_id, list(paths.values()), tags)

@@ -10,7 +10,7 @@ from selector.config import SelectorConfig
 from selector.sweep.judging import gather_records, report_context, select_and_report
 from selector.sweep.searched import not_needed_records, savings, summary_line
 from selector.sweep.state import read_state
-from selector.types import RunRecord, Selection
+from selector.records import RunRecord, Selection
 
 log = logging.getLogger("selector.sweep.end")
 
@@ -60,7 +60,7 @@ def finish_sweep(base: Path, wall_s: float) -> None:
             "selector.search": (state.get("search") or {}).get("strategy", "grid"),
             "mlflow.note.content": selection.summary, **settings_tags(selection)}
     tracker.finish_sweep(state.get("parent_run_id"), metrics, tags, list(paths.values()))
-    _log_comparison(context.get("comparison"), state, base)
+    _compare_with_earlier(context.get("comparison"), state, base)
     _log_flips(tracker, records, selection)
     print_terminal_summary(records, selection)
     if saved:
@@ -76,7 +76,7 @@ def finish_sweep(base: Path, wall_s: float) -> None:
         print("MLflow: " + "\n        ".join(hint))
 
 
-def _log_comparison(comparison: dict[str, Any] | None, state: dict[str, Any], base: Path) -> None:
+def _compare_with_earlier(comparison: dict[str, Any] | None, state: dict[str, Any], base: Path) -> None:
     """The comparison's own files beside the report, and on this sweep's parent run."""
     if not comparison or comparison.get("error"):
         return

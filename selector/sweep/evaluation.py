@@ -21,7 +21,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from selector.types import SampleRecord, SearchInfo
+from selector.records import SampleRecord, SearchInfo
 
 Evaluate = Callable[[Any, list[str]], list[SampleRecord]]  # (task, item ids) -> scored samples
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from selector.config import SelectorConfig, to_dict
-from selector.types import RunRecord, TaskResult, Variant
+from selector.records import RunRecord, TaskResult, Variant
 
 
 def now() -> str:
@@ -24,7 +24,7 @@ def now() -> str:
 def variant_of(cfg: SelectorConfig, setting: dict[str, Any] | None = None) -> Variant:
     """The variant a config describes (parameters from the config; the worker may fill them in
     from the loaded model). setting: the serving knobs the sweep varies (the sweep's side stamps
-    it on every record it keeps, selector.sweep.task)."""
+    it on every record it keeps, selector.sweep.job)."""
     return Variant(model=cfg.model.name, precision=cfg.precision.name, family=cfg.model.family,
                    params=int(cfg.model.params_b * 1e9), setting=dict(setting or {}))
 

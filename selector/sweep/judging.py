@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from selector.config import SelectorConfig
-from selector.types import RunRecord, SampleRecord, Selection
+from selector.records import RunRecord, SampleRecord, Selection
 
 
 def gather_records(base: Path) -> list[RunRecord]:

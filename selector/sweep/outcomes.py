@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from selector.search.driver import Candidate, Outcome
-from selector.types import RunRecord
+from selector.records import RunRecord
 
 
 def candidates(variants: list[dict[str, Any]]) -> list[Candidate]:

@@ -21,7 +21,7 @@ from selector.sweep.device import resolve_device
 from selector.sweep.faults import maybe_inject
 from selector.sweep.jobfiles import JobFiles, now, variant_of
 from selector.measure.memory import PhaseMeter, current_rss_bytes
-from selector.types import ErrorInfo, PeakMemory, PerfResult, RunRecord, SampleRecord
+from selector.records import ErrorInfo, PeakMemory, PerfResult, RunRecord, SampleRecord
 
 log = logging.getLogger("selector.sweep.pipeline")
 
@@ -145,21 +145,13 @@ class VariantRun:
 
     def _materialize(self, backend, device: str, tasks):  # type: ignore[no-untyped-def]
         """Resolve the model source, then load it at the precision (quantizing or reusing the cache)."""
-        from selector import models
-        from selector.precisions.base import LoadContext
+        from selector.precisions import load_variant
         from selector.precisions.calibration import calibration_texts
 
         cfg = self.cfg
-        resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name)
+        resolved, loaded = load_variant(cfg.model, cfg.precision, cfg.cache_dir, device, calibration=cfg.calibration,
+                                        calibration_texts=lambda: calibration_texts(cfg.calibration, tasks))
         self.variant.params = self.variant.params or int(resolved.manifest.get("parameters", 0))
-        ctx = LoadContext(
-            model_cfg=cfg.model,
-            device=device,
-            cache_dir=Path(cfg.cache_dir),
-            calibration=cfg.calibration,
-            calibration_texts=lambda: calibration_texts(cfg.calibration, tasks),
-        )
-        loaded = backend.load(resolved, cfg.precision, ctx)
         self.record.kernel = loaded.kernel
         if loaded.quant is not None:
             self.record.quant = loaded.quant
@@ -198,11 +190,11 @@ class VariantRun:
                                                      fast=engine.fast, latency=perf.latency)
             perf.compiled, perf.compile_s, perf.compile_note = engine.fast.active, engine.fast.compile_s, engine.fast.note
             if cfg.measure.load.enabled:
-                from selector.measure.load import run_inprocess_load
+                from selector.measure.traffic import run_inprocess_load
 
                 perf.load = run_inprocess_load(loaded.model, loaded.tokenizer, tasks, cfg)
             if cfg.measure.load.capacity:  # on the same loaded model, after the ladder
-                from selector.measure.load import run_inprocess_capacity
+                from selector.measure.traffic import run_inprocess_capacity
 
                 perf.capacity = run_inprocess_capacity(loaded.model, loaded.tokenizer, tasks, cfg)
             self.record.perf = perf
@@ -214,7 +206,7 @@ class VariantRun:
         is freed so the server has the memory and the device to itself."""
         from contextlib import ExitStack
 
-        from selector.measure.load import run_server_load
+        from selector.measure.traffic import run_server_load
         from selector.measure.memory import server_peak
         from selector.serving.session import release_model, served_engine, serving_checkpoint
 
@@ -258,7 +250,7 @@ class VariantRun:
                                   if failed else "the load test")
                             served.server.check_alive(at)
                     if cfg.measure.load.capacity:  # on the same running server, after the ladder
-                        from selector.measure.load import run_server_capacity
+                        from selector.measure.traffic import run_server_capacity
 
                         self.record.perf.capacity = run_server_capacity(served, tasks, cfg)
             finally:
@@ -285,7 +277,7 @@ class VariantRun:
         """record.agreement, and the in-process accuracy in record.tasks when the policy deploys on
         transformers (policy.deploy_engine=hf): the verdict uses the engine people will run."""
         from selector.sweep.agreement import accuracy_engine, compare
-        from selector.types import SampleRecord
+        from selector.records import SampleRecord
 
         served = [SampleRecord.model_validate_json(line) for line in self.files.samples.read_text().splitlines() if line]
         self.record.agreement = compare(served, samples)

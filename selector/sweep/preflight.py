@@ -48,7 +48,7 @@ class PlannedVariant:
 
     @property
     def name(self) -> str:
-        from selector.types import Variant
+        from selector.records import Variant
 
         return Variant(model=self.cfg.model.name, precision=self.cfg.precision.name, setting=self.setting).name
 
@@ -217,7 +217,7 @@ def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
     load = cfg.measure.load
     if load.enabled or load.capacity:
         from selector.measure.capacity import check_capacity
-        from selector.measure.load import check_slo, levels_of
+        from selector.measure.traffic import check_slo, levels_of
         from selector.measure.requests import has_arrivals, read_request_file
 
         check_slo(load.slo)

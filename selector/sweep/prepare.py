@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from selector.config import SelectorConfig, to_dict
 from selector.errors import UnavailableError
-from selector.types import PeakMemory
+from selector.records import PeakMemory
 
 log = logging.getLogger("selector.sweep.prepare")
 
@@ -87,8 +87,7 @@ def prepare_in_child(cfg: SelectorConfig, searchpath: Sequence[str], job_dir: Pa
 def prepare(cfg: SelectorConfig, searchpath: Sequence[str], device: str) -> list[str]:
     """Convert, quantize into the cache, compute the fidelity reference: whatever is missing."""
     from selector import models
-    from selector.precisions import get_backend
-    from selector.precisions.base import LoadContext
+    from selector.precisions import get_backend, load_variant
     from selector.precisions.calibration import calibration_texts
     from selector.tasks import load_evalset
 
@@ -96,12 +95,10 @@ def prepare(cfg: SelectorConfig, searchpath: Sequence[str], device: str) -> list
     did = []
     resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name)
     did.append(f"resolved {cfg.model.name} ({resolved.path})")
-    backend = get_backend(cfg.precision.backend)
-    if backend.builds_artifact and not resolved.prequantized:
-        ctx = LoadContext(model_cfg=cfg.model, device=device, cache_dir=Path(cfg.cache_dir),
-                          calibration=cfg.calibration, calibration_texts=lambda: calibration_texts(cfg.calibration, tasks),
-                          prepare_only=True)
-        prepared = backend.load(resolved, cfg.precision, ctx)
+    if get_backend(cfg.precision.backend).builds_artifact and not resolved.prequantized:
+        _, prepared = load_variant(cfg.model, cfg.precision, cfg.cache_dir, device, calibration=cfg.calibration,
+                                   calibration_texts=lambda: calibration_texts(cfg.calibration, tasks),
+                                   prepare_only=True)
         did.append(f"artifact {Path(str(prepared.artifact_dir)).name} "
                    f"({'cached' if prepared.quant and prepared.quant.cached else 'quantized'})")
     if _wants_reference(cfg):

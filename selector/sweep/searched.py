@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from selector.serving.knobs import setting_dir
-from selector.types import RunRecord, Variant
+from selector.records import RunRecord, Variant
 
 PRUNED = "pruned"  # the driver's word; the record's status is "not_needed"
 

@@ -24,7 +24,7 @@ from selector.config import SelectorConfig, to_dict
 from selector.serving.process import reap_servers
 from selector.processes import die_with_parent, stop_group
 from selector.sweep.jobfiles import Job, JobFiles, bare_record
-from selector.types import ErrorInfo, RunRecord
+from selector.records import ErrorInfo, RunRecord
 
 log = logging.getLogger("selector.sweep.supervise")
 LOG_TAIL_LINES = 200  # a native crash prints a long module list after the useful lines

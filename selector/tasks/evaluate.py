@@ -13,7 +13,7 @@ from selector.stats import mean_interval
 from selector.tasks.task import Task
 from selector.tasks.metrics import ScoreInput, get_metric, pick_choice
 from selector.tasks.prompts import build_requests, resolve_style
-from selector.types import SampleRecord, TaskResult
+from selector.records import SampleRecord, TaskResult
 
 
 def evaluate_task(

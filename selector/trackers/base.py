@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from selector.types import RunRecord
+from selector.records import RunRecord
 
 
 @dataclass(frozen=True)

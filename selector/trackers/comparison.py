@@ -9,7 +9,7 @@ from pathlib import Path
 log = logging.getLogger("selector.mlflow")
 
 
-def log_comparison(uri: str, run_id: str, files: list[Path], tags: dict[str, str]) -> str | None:
+def attach_to_run(uri: str, run_id: str, files: list[Path], tags: dict[str, str]) -> str | None:
     """A comparison of two sweeps (selector compare) on the later sweep's parent run: its files
     under compare/, and tags naming the sweep it was compared with. None when the store or the run
     cannot be reached (the files on disk are still there)."""

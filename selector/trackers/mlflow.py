@@ -18,7 +18,7 @@ from typing import Any, Callable, TypeVar
 from selector.config import TrackerConfig
 from selector.trackers.base import EvalsetInfo
 from selector.trackers.naming import load_metrics, record_metrics, record_params, record_tags
-from selector.types import RunRecord
+from selector.records import RunRecord
 
 log = logging.getLogger("selector.mlflow")
 T = TypeVar("T")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from selector.serving.diagnosis import shares
-from selector.types import RunRecord, setting_label
+from selector.records import RunRecord, setting_label
 
 GB = 2**30
 

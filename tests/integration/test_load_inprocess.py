@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from selector.compose import compose as _compose
-from selector.types import PerfResult, RunRecord
+from selector.records import PerfResult, RunRecord
 from tests.factories import run_record
 
 
@@ -39,7 +39,7 @@ def tasks_for(cfg):  # type: ignore[no-untyped-def]
 
 
 def test_run_inprocess_load_levels(tiny: tuple[Any, Any]) -> None:
-    from selector.measure.load import run_inprocess_load
+    from selector.measure.traffic import run_inprocess_load
 
     cfg = config("+measure.load.slo.e2e_ms=60000")  # a new key in a dict: Hydra wants the +
     levels = run_inprocess_load(*tiny, tasks_for(cfg), cfg)
@@ -59,7 +59,7 @@ def test_run_inprocess_load_levels(tiny: tuple[Any, Any]) -> None:
 
 
 def test_queue_delay_trades_batch_wait(tiny: tuple[Any, Any]) -> None:
-    from selector.measure.load import inprocess_load, load_requests
+    from selector.measure.traffic import inprocess_load, load_requests
 
     waits = {}
     for delay in (0.0, 60.0):
@@ -75,7 +75,7 @@ def test_queue_delay_trades_batch_wait(tiny: tuple[Any, Any]) -> None:
 
 
 def test_levels_flow_into_metrics_plots_and_selection(tiny: tuple[Any, Any]) -> None:
-    from selector.measure.load import run_inprocess_load
+    from selector.measure.traffic import run_inprocess_load
     from selector.report.plots_load import latency_vs_concurrency, throughput_vs_latency
     from selector.selection.measures import latency_value, parse_latency_key
     from selector.trackers.naming import load_metrics

@@ -34,7 +34,7 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 def test_a_request_file_replays_sessions_in_order_and_its_recorded_arrivals(tiny_dir: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selector.measure.load import inprocess_load, variant_requests
+    from selector.measure.traffic import inprocess_load, variant_requests
 
     rows = [{"prompt": "The food was great.", "arrival_s": 0.0},
             {"prompt": "Where is order 4521?", "session": "a", "arrival_s": 0.1},
@@ -87,7 +87,7 @@ def slow_server(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 @pytest.mark.slow
 def test_capacity_search_on_a_served_variant_with_a_known_service_time(slow_server: Any, tmp_path: Path) -> None:
-    from selector.measure.load import run_server_capacity
+    from selector.measure.traffic import run_server_capacity
 
     # One prompt: every request costs the same (greedy decoding, 4 tokens of 20 ms: about 90 ms with the model).
     path = write_jsonl(tmp_path / "one.jsonl", [{"prompt": "What is 12 plus 30?", "max_tokens": 4}])

@@ -79,7 +79,7 @@ def test_multiple_choice_needs_prompt_logprobs(served: Any) -> None:
 
 
 def test_load_at_two_concurrency_levels(served: Any) -> None:
-    from selector.measure.load import server_load
+    from selector.measure.traffic import server_load
 
     requests = [CHAT[i % 3] if i % 2 else PLAIN[i % 3] for i in range(8)]
     cfg = LoadConfig(enabled=True, concurrency=[1, 3], requests_per_level=8, new_tokens=8, slo={"e2e_ms": 60_000})
@@ -107,7 +107,7 @@ def test_load_at_two_concurrency_levels(served: Any) -> None:
 def test_killing_the_server_mid_level_counts_errors(tiny_dir: Path, tmp_path: Path) -> None:
     import asyncio
 
-    from selector.measure.load import drive_level, level_duration, summarize_level
+    from selector.measure.traffic import drive_level, level_duration, summarize_level
     from selector.serving.session import served_engine
 
     requests = [PLAIN[i % 3] for i in range(16)]

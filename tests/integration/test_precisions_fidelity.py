@@ -18,9 +18,8 @@ from selector.measure.fidelity import (
     measure_fidelity,
     probe_token_ids,
 )
-from selector.models import resolve
-from selector.precisions import get_backend
-from selector.precisions.base import LoadContext, LoadedModel
+from selector import precisions
+from selector.precisions.base import LoadedModel
 from selector.tasks import load_evalset
 from selector.paths import DEFAULT_EVALSET
 from tests.factories import selector_config
@@ -43,9 +42,8 @@ def cfg_for(root: Path, model: ModelConfig, name: str) -> SelectorConfig:
 
 
 def load_variant(cfg: SelectorConfig) -> LoadedModel:
-    resolved = resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)
-    ctx = LoadContext(model_cfg=cfg.model, device="cpu", cache_dir=Path(cfg.cache_dir), calibration=cfg.calibration)
-    return get_backend(cfg.precision.backend).load(resolved, cfg.precision, ctx)
+    return precisions.load_variant(cfg.model, cfg.precision, cfg.cache_dir, "cpu", calibration=cfg.calibration,
+                                   progress=False)[1]
 
 
 def fidelity_files(root: Path) -> list[Path]:

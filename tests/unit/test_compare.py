@@ -14,7 +14,7 @@ import pytest
 
 from selector.report.compare import Side, compare, config_diff, latency_noise, match_variants, verdict
 from selector.report.compare_view import changes_table, headline
-from selector.types import LoadLevel, MemoryResult, Percentiles, PerfResult, RunRecord, TaskResult, Variant
+from selector.records import LoadLevel, MemoryResult, Percentiles, PerfResult, RunRecord, TaskResult, Variant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,7 +131,7 @@ def test_compare_command_writes_its_table(tmp_path: Path) -> None:
 
 
 def test_a_serving_only_change_uses_single_request_latency_as_the_control() -> None:
-    from selector.types import LatencyResult
+    from selector.records import LatencyResult
 
     def with_single(record: RunRecord, e2e: float) -> RunRecord:
         assert record.perf is not None

@@ -14,7 +14,7 @@ from selector.config import LoadConfig
 from selector.engines.base import GenerationRequest
 from selector.engines.openai import continuation_score, cut_at_stop, render_messages
 from selector.errors import ConfigError
-from selector.measure.load import (
+from selector.measure.traffic import (
     CUT_OFF,
     check_slo,
     drive_level,

@@ -24,7 +24,7 @@ from selector.measure.capacity import (
     requests_per_step,
     upper_bound,
 )
-from selector.measure.load import capacity, check_slo, poisson_arrivals
+from selector.measure.traffic import capacity, check_slo, poisson_arrivals
 from selector.measure.load_driver import Probe
 from selector.measure.utilization import UtilizationMonitor, own_process
 

@@ -81,7 +81,7 @@ def test_vllm_log_says_which_kernel_served_the_weights(tmp_path) -> None:
 
 def test_served_and_in_process_answers_compared_per_task() -> None:
     from selector.sweep.agreement import accuracy_engine, compare
-    from selector.types import SampleRecord
+    from selector.records import SampleRecord
 
     def sample(task: str, i: int, output: str, score: float) -> SampleRecord:
         return SampleRecord(task=task, id=f"{task}-{i}", prompt="p", output=output, target="t", score=score)

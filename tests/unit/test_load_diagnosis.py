@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from selector.engines.trace import RequestTrace
-from selector.measure.load import summarize_level
+from selector.measure.traffic import summarize_level
 from selector.serving.diagnosis import Serving, diagnose, diagnose_ladder, headline, shares
 from selector.serving import prometheus
-from selector.types import LoadLevel, Percentiles
+from selector.records import LoadLevel, Percentiles
 
 INPROC = Serving("inprocess", max_batch_size=4, max_queue_delay_ms=10)
 

@@ -15,7 +15,7 @@ from selector.report import render_terminal_summary, write_report
 from selector.report.compare import Side, compare
 from selector.report.render import render_comparison_markdown
 from selector.selection import select
-from selector.types import LoadLevel, MemoryResult, Percentiles, PerfResult, RunRecord, TaskResult, Variant
+from selector.records import LoadLevel, MemoryResult, Percentiles, PerfResult, RunRecord, TaskResult, Variant
 
 NAME = "<b>m</b>|x"  # a model name a user chose, with HTML and a Markdown table break
 

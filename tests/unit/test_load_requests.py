@@ -13,7 +13,7 @@ import pytest
 
 from selector.engines.base import GenerationRequest
 from selector.engines.trace import RequestTrace
-from selector.measure.load import drive_level
+from selector.measure.traffic import drive_level
 from selector.measure.requests import (
     Conversations,
     ReplayRequest,

@@ -12,7 +12,7 @@ import pytest
 from selector.config import SelectorConfig, to_dict
 from selector.errors import UserError
 from selector.commands.plan import compare_records, compose_grid, main
-from selector.types import RunRecord
+from selector.records import RunRecord
 from tests.factories import perf, run_record
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from selector.report import fmt
-from selector.types import TaskResult
+from selector.records import TaskResult
 
 
 def _result(value: float, low: float, high: float) -> TaskResult:

@@ -7,7 +7,7 @@ from selector.report import fmt
 from selector.report.render import build_view, render_markdown
 from selector.report.view import kernel_cell
 from selector.trackers.naming import record_params
-from selector.types import KernelInfo
+from selector.records import KernelInfo
 from tests.fixtures.sample_report import sample_sweep
 
 MARLIN = KernelInfo(backend="gptqmodel", kernel="marlin", linear_class="gptqmodel.nn_modules.qlinear.marlin.MarlinLinear",

@@ -6,7 +6,7 @@ import pytest
 
 from selector.report import fmt, sections, view
 from tests.fixtures.sample_report import sample_sweep
-from selector.types import Check, ErrorInfo, RunRecord, Selection, Verdict
+from selector.records import Check, ErrorInfo, RunRecord, Selection, Verdict
 from tests.factories import perf, run_record, task_result
 
 
@@ -131,7 +131,7 @@ def test_variant_table_shows_answer_flips_against_the_models_own_baseline():
 
 
 def test_memory_columns_show_the_serving_peak_beside_plans_estimate_and_mark_older_records() -> None:
-    from selector.types import MemoryResult, PeakMemory
+    from selector.records import MemoryResult, PeakMemory
 
     gb = 10**9
     new = _record("m", "int4", 1_000_000_000, 700_000_000, 0.8)
@@ -158,7 +158,7 @@ def test_memory_columns_show_the_serving_peak_beside_plans_estimate_and_mark_old
 
 def test_paired_table_flags_by_holm_over_the_whole_table() -> None:
     """Two cells with raw p < 0.05 but only one survives Holm over the table's four tests."""
-    from selector.types import PairedDiff
+    from selector.records import PairedDiff
 
     def d(task: str, p: float, diff: float = -0.1) -> PairedDiff:
         return PairedDiff(task=task, diff=diff, ci_low=diff - 0.05, ci_high=diff + 0.05, n=48, flips_to_wrong=5,

@@ -15,7 +15,7 @@ from selector.search.sequential import floor_tests_for_policy
 from selector.sweep import evaluation
 from selector.sweep.searched import savings
 from selector.tasks.task import Item, Task
-from selector.types import MemoryResult, RunRecord, SampleRecord, SearchInfo, Variant
+from selector.records import MemoryResult, RunRecord, SampleRecord, SearchInfo, Variant
 
 
 def _task(name: str, n: int, kind: str = "generate") -> Task:

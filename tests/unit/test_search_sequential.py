@@ -269,7 +269,7 @@ def test_thresholds_agree_with_the_selection():
     """Same tolerance as the selection's checks, and the same interval the selection computes."""
     from selector.selection.checks import EPS as SELECTION_EPS
     from selector.selection.evidence import task_interval
-    from selector.types import TaskResult
+    from selector.records import TaskResult
 
     assert EPS == SELECTION_EPS
     assert point_threshold(0.6, 30, True, True) == 18 / 30  # 18/30 meets a 0.6 floor
@@ -343,7 +343,7 @@ def test_search_modules_import_no_framework():
 
 def test_the_exact_ci_methods_threshold_is_where_the_selection_starts_passing():
     from selector.selection.evidence import task_interval
-    from selector.types import TaskResult
+    from selector.records import TaskResult
 
     t = full_set_threshold("lower_bound", 0.6, 48, ci_method="exact")
     k = round(t * 48)

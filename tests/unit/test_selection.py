@@ -14,7 +14,7 @@ from selector.config import PolicyConfig
 from selector.errors import ConfigError
 from selector.selection import pareto_front, parse_latency_key, pick_reference, precision_bits, select
 from selector.selection.measures import SERVING_GPU, SERVING_RSS, serving_peak
-from selector.types import ErrorInfo, MemoryResult, PeakMemory, RunRecord, Selection, TaskResult
+from selector.records import ErrorInfo, MemoryResult, PeakMemory, RunRecord, Selection, TaskResult
 from tests.factories import GB, hits, perf, run_record, task_result
 
 
@@ -699,7 +699,7 @@ def test_fixed_sequence_counts_an_early_stop_as_a_failure_and_skips_what_could_n
 def _searched() -> list[RunRecord]:
     """medium/int8 meets a 70% floor with 36/48; small/bf16 was stopped early; large/bf16 and
     large/int8 were not needed (pruned); medium/bf16 ran in full as evidence."""
-    from selector.types import SearchInfo
+    from selector.records import SearchInfo
 
     return [
         record("large", "bf16", 1500, None, status="not_needed", reason="not needed"),

@@ -9,7 +9,7 @@ from selector.config import PolicyConfig
 from selector.errors import ConfigError
 from selector.selection import select
 from selector.selection.cost import HOURS_PER_MONTH, record_cost, slo_words, traffic_cost
-from selector.types import CapacityResult, CapacityStep, LoadLevel
+from selector.records import CapacityResult, CapacityStep, LoadLevel
 from tests.factories import perf, run_record, task_result
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from selector.config import PolicyConfig
 from selector.selection import select
-from selector.selection.knobs import choose_settings, shared_objectives
+from selector.selection.settings import choose_settings, shared_objectives
 from selector.selection.precision import pick_baseline
-from selector.types import (
+from selector.records import (
     LatencyResult, LoadLevel, MemoryResult, Percentiles, PerfResult, RunRecord, TaskResult, Variant,
 )
 

@@ -20,7 +20,7 @@ from selector.engines.base import (
 from selector.errors import ConfigError
 from selector.stats import wilson_interval
 from selector.tasks import build_prompt, build_requests, evaluate_task, load_evalset, resolve_style
-from selector.types import SampleRecord
+from selector.records import SampleRecord
 
 
 class AnswerBook:

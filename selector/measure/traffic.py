@@ -49,7 +49,7 @@ from selector.measure.requests import (
     warmup_of,
 )
 from selector.measure.utilization import UtilizationMonitor, nvml_indices, own_process, process_cpu_seconds
-from selector.types import CapacityResult, LoadLevel
+from selector.records import CapacityResult, LoadLevel
 
 T = TypeVar("T")
 

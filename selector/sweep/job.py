@@ -24,9 +24,9 @@ from selector.sweep.keys import variant_key
 from selector.sweep.state import read_state
 from selector.sweep.supervise import run_variant
 from selector.trackers import EvalsetInfo, Tracker, make_tracker
-from selector.types import RunRecord, setting_label
+from selector.records import RunRecord, setting_label
 
-log = logging.getLogger("selector.sweep.task")
+log = logging.getLogger("selector.sweep.job")
 
 
 def run_job(raw: DictConfig) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from selector.config import PrecisionConfig
 from selector.precisions import artifacts
 from selector.precisions.base import LoadContext, LoadedModel, dir_bytes, load_tokenizer
-from selector.types import QuantInfo
+from selector.records import QuantInfo
 
 
 @dataclass

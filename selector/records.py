@@ -420,7 +420,7 @@ class SettingResult(_Model):
 
 
 class SettingChoice(_Model):
-    """The settings of one model x precision side by side (selection.knobs), best first."""
+    """The settings of one model x precision side by side (selection.settings), best first."""
 
     group: str  # model/precision
     basis: str  # goodput | throughput (no SLO was set)
