@@ -7,14 +7,14 @@
     stricter = result.select({"rule": "lower_bound", "floors": {"code": 0.6}}, report=True)
     again = selector.load("outputs/sweeps/2026-11-30_10-00-00-000000")  # or an MLflow parent run id
 
-`run` is the command line, not a second path to it: it runs the same entry (selector.cli.run_argv,
-the checks and then the Hydra app) in this process, so a sweep from a notebook composes, checks,
-measures, logs and reports exactly as `selector ...` does; every variant still runs in a worker
-process of its own, so no model memory stays in the caller. In-process keeps the errors typed:
-bad input raises the same UserError subclass (ConfigError, EvalsetError, ...) the command line
-prints, never SystemExit; a sweep that breaks after it started raises SweepError. What the Hydra
-app changes in the process (sys.argv, logging handlers, the SIGTERM handler, the sweep-state
-variable) is put back afterwards.
+`run` is the command line, not a second path to it: both start a sweep through the same entry
+(selector.sweep.entry.run_sweep: the checks, then the Hydra app on the overrides as given, without
+sys.argv) in this process, so a sweep from a notebook composes, checks, measures, logs and reports
+exactly as `selector ...` does; every variant still runs in a worker process of its own, so no
+model memory stays in the caller. In-process keeps the errors typed: bad input raises the same
+UserError subclass (ConfigError, EvalsetError, ...) the command line prints, never SystemExit; a
+sweep that breaks after it started raises SweepError. What the Hydra app changes in the process
+(logging handlers, the SIGTERM handler, the sweep-state variable) is put back afterwards.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import signal
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -118,9 +117,9 @@ def run(overrides: Overrides = None, *, output_dir: str | Path | None = None) ->
     "evalset.limit=10"]) or a dict ({"model": "smollm2-135m", "precision": ["bf16", "int8"],
     "evalset": {"limit": 10}}: a list under a config group sweeps it, nested dicts are dotted keys).
     output_dir: where the sweep folder, records and MLflow store go (default: ./outputs)."""
-    from selector import cli
     from selector.commands import COMMANDS
     from selector.sweep import callback, stored
+    from selector.sweep.entry import run_sweep
 
     args = as_overrides(overrides)
     if args and args[0] in COMMANDS:
@@ -130,9 +129,9 @@ def run(overrides: Overrides = None, *, output_dir: str | Path | None = None) ->
             raise ValueError("output_dir is given twice: as an override and as the output_dir argument")
         args.append(f"output_dir={_value(str(Path(output_dir).expanduser().resolve()))}")
     callback.last_sweep_dir = None
-    with _as_command_line():
+    with _hydra_in_this_process():
         try:
-            cli.run_argv(args)
+            run_sweep(args)
         except UsageExit as e:  # bad input found inside Hydra (the sweep's preflight)
             raise e.error from None
         except SystemExit as e:  # Hydra's own error report, or the end of the sweep breaking
@@ -272,14 +271,14 @@ def _report_dir(sweep: StoredSweep, report: bool | str | Path) -> Path | None:
 
 
 @contextlib.contextmanager
-def _as_command_line() -> Iterator[None]:
-    """Run the command line's code in this process and put back what it changes here."""
+def _hydra_in_this_process() -> Iterator[None]:
+    """Run the sweep's entry in this process and put back what the Hydra app changes here."""
     from hydra.core.global_hydra import GlobalHydra
 
     from selector.sweep import preflight
     from selector.sweep.state import STATE_ENV
 
-    argv, state = list(sys.argv), os.environ.get(STATE_ENV)
+    state = os.environ.get(STATE_ENV)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     sigterm = signal.getsignal(signal.SIGTERM) if _main_thread() else None
@@ -289,7 +288,6 @@ def _as_command_line() -> Iterator[None]:
         yield
     finally:
         GlobalHydra.instance().clear()
-        sys.argv = argv
         if state is None:
             os.environ.pop(STATE_ENV, None)
         else:

@@ -13,17 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from selector.config import CONF_DIR
 from selector.errors import UsageExit, UserError
-
-
-
-def _hydra_entry() -> None:
-    import hydra
-
-    from selector.sweep.job import run_job
-
-    hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(run_job)()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,15 +33,12 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_argv(argv: list[str]) -> int:
     """One command line, run in this process; bad input raises (UserError, or UsageExit carrying one
-    from inside Hydra). main() and the Python API (selector.api) both run commands through here."""
+    from inside Hydra). A sweep starts where selector.run starts it too (selector.sweep.entry)."""
     from selector import commands
 
     if argv and argv[0] in commands.COMMANDS:
         return commands.run(argv[0], argv[1:])
-    from selector import compose
+    from selector.sweep.entry import run_sweep
 
-    compose.check_group_choices(argv)
-    compose.compose(compose.first_job(argv))  # a bad key or value stops here, before Hydra starts
-    sys.argv = [sys.argv[0], *compose.normalize(argv)]
-    _hydra_entry()
+    run_sweep(argv)
     return 0
