@@ -33,7 +33,8 @@ from selector.config import PolicyConfig, SelectorConfig
 from selector.paths import CONF_DIR
 from selector.errors import SweepError, UsageExit, UserError
 from selector.sweep.stored import StoredSweep
-from selector.records import RunRecord, Selection
+from selector.records import RunRecord
+from selector.verdicts import Selection
 
 Overrides = Sequence[str] | Mapping[str, Any] | None
 REPORT_FILES = {"html": "report.html", "md": "report.md", "json": "report.json"}

@@ -20,11 +20,12 @@ SCHEMA_VERSION = 1
 Status = Literal["completed", "stopped", "failed", "skipped", "not_needed"]
 
 
-class _Model(BaseModel):
+class StrictModel(BaseModel):
+    """Unknown fields are an error, so a misspelt or stale field never passes silently."""
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
 
-class Variant(_Model):
+class Variant(StrictModel):
     """One point of the grid: a model source at a precision, at a serving setting when a sweep
     varies serving knobs (settings of one model x precision share its scored items)."""
 
@@ -59,7 +60,7 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
-class SampleRecord(_Model):
+class SampleRecord(StrictModel):
     """One scored eval item: what the model saw, said, and how it scored."""
 
     task: str
@@ -71,7 +72,7 @@ class SampleRecord(_Model):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
-class TaskResult(_Model):
+class TaskResult(StrictModel):
     task: str
     metric: str
     value: float
@@ -84,7 +85,7 @@ class TaskResult(_Model):
     item_scores: dict[str, float] = Field(default_factory=dict)
 
 
-class Percentiles(_Model):
+class Percentiles(StrictModel):
     """Milliseconds unless the field name says otherwise."""
 
     p50: float
@@ -95,7 +96,7 @@ class Percentiles(_Model):
     n: int
 
 
-class LatencyResult(_Model):
+class LatencyResult(StrictModel):
     """Single-request latency after warm-up (batch 1)."""
 
     ttft_ms: Percentiles
@@ -106,14 +107,14 @@ class LatencyResult(_Model):
     repeats: int
 
 
-class ThroughputPoint(_Model):
+class ThroughputPoint(StrictModel):
     batch_size: int
     output_tokens_per_s: float
     requests_per_s: float
     wall_s: float
 
 
-class LoadLevel(_Model):
+class LoadLevel(StrictModel):
     """One level of a load test: a concurrency or an arrival rate."""
 
     concurrency: int | None = None
@@ -150,7 +151,7 @@ class LoadLevel(_Model):
     replay_scale: float | None = None
 
 
-class CapacityStep(_Model):
+class CapacityStep(StrictModel):
     """One probe of the capacity search: an open-loop level at a rate, and whether it met the SLO."""
 
     rate_rps: float
@@ -161,7 +162,7 @@ class CapacityStep(_Model):
     checks: dict[str, dict[str, float | None]] = Field(default_factory=dict)
 
 
-class CapacityResult(_Model):
+class CapacityResult(StrictModel):
     """The highest arrival rate whose requests met measure.load.slo's percentile limits."""
 
     slo: dict[str, float]
@@ -186,7 +187,7 @@ class CapacityResult(_Model):
         return self.compute_ms.mean * self.compute_ms.n / 1e3 / self.duration_s
 
 
-class PerfResult(_Model):
+class PerfResult(StrictModel):
     device: str
     latency: LatencyResult | None = None
     throughput: list[ThroughputPoint] = Field(default_factory=list)
@@ -200,7 +201,7 @@ class PerfResult(_Model):
     compile_note: str = ""
 
 
-class PeakMemory(_Model):
+class PeakMemory(StrictModel):
     """The most memory one phase of a variant's life held (docs/memory.md)."""
 
     rss_bytes: int | None = None  # the process's resident set (high-water mark over the phase)
@@ -208,7 +209,7 @@ class PeakMemory(_Model):
     cuda_reserved_bytes: int | None = None  # torch's peak reserved (what the device had to give)
 
 
-class MemoryResult(_Model):
+class MemoryResult(StrictModel):
     weight_bytes: int  # parameters + buffers as held in memory
     # The three phases (None in records made before they were measured apart):
     serving: PeakMemory | None = None  # after load: evaluation, latency and load tests
@@ -223,7 +224,7 @@ class MemoryResult(_Model):
     planned_serving_bytes: int | None = None  # plan's estimate of the serving peak (weights, KV, activations, runtime)
 
 
-class KernelInfo(_Model):
+class KernelInfo(StrictModel):
     """Which code ran the linear layers: a broken or unpacked kernel can look like accuracy loss."""
 
     backend: str  # the precision backend (native, bnb, torchao, gptqmodel, llmcompressor, ...)
@@ -239,7 +240,7 @@ class KernelInfo(_Model):
     fallbacks: list[str] = Field(default_factory=list)  # kernels passed over, and why
 
 
-class ServingInfo(_Model):
+class ServingInfo(StrictModel):
     """A server the harness started for the variant (engine=vllm): what it was and how it ran the
     weights, read from its own log (server.log in the variant's folder)."""
 
@@ -254,7 +255,7 @@ class ServingInfo(_Model):
     log: str = "server.log"
 
 
-class EngineAgreement(_Model):
+class EngineAgreement(StrictModel):
     """One task evaluated both in-process (engine=hf) and through the server on the same checkpoint."""
 
     n: int  # items scored both ways
@@ -264,7 +265,7 @@ class EngineAgreement(_Model):
     examples: list[dict[str, Any]] = Field(default_factory=list)  # {id, in_process, served}, a few
 
 
-class QuantInfo(_Model):
+class QuantInfo(StrictModel):
     method: str
     library: str
     library_version: str
@@ -277,7 +278,7 @@ class QuantInfo(_Model):
     notes: list[str] = Field(default_factory=list)  # what loading changed or could not do, for a person
 
 
-class FidelityResult(_Model):
+class FidelityResult(StrictModel):
     """What quantization changed, against the baseline precision of the same model."""
 
     baseline: str  # variant name of the baseline
@@ -286,14 +287,14 @@ class FidelityResult(_Model):
     positions: int
 
 
-class ErrorInfo(_Model):
+class ErrorInfo(StrictModel):
     type: str
     message: str
     stage: str
     log_tail: str = ""
 
 
-class SearchInfo(_Model):
+class SearchInfo(StrictModel):
     """How much of the eval set a variant saw, and why it stopped when it did not see it all."""
 
     strategy: str = "grid"  # adaptive | grid
@@ -307,7 +308,7 @@ class SearchInfo(_Model):
     order_seed: int | None = None  # the seed of the item order it was scored in (selector.sweep.order_seed)
 
 
-class RunRecord(_Model):
+class RunRecord(StrictModel):
     schema_version: int = SCHEMA_VERSION
     key: str  # stable hash of everything that affects the result
     variant: Variant
@@ -346,98 +347,3 @@ class RunRecord(_Model):
     @classmethod
     def load(cls, path: str | Path) -> RunRecord:
         return cls.model_validate(json.loads(Path(path).read_text()))
-
-
-# ---- selection output (pure function of RunRecords + policy; rendered by report/) ----
-
-VerdictStatus = Literal["winner", "eligible", "rejected", "stopped", "failed", "skipped", "not_needed"]
-
-
-class Check(_Model):
-    """One constraint applied to one variant: an accuracy floor, a memory budget, a latency limit."""
-
-    name: str  # e.g. "accuracy:arithmetic", "max_weight_gb", "latency:e2e_ms_p95@8"
-    value: float | None  # what the variant measured (None: metric missing)
-    limit: float
-    passed: bool
-    rule: str = "point"  # point | lower_bound | non_inferiority | max
-    detail: str = ""  # one line for a person: "0.45 < floor 0.60 (15.0 points short)"
-
-
-class PairedDiff(_Model):
-    """A variant minus the reference on the same items of one task (selector.stats_paired)."""
-
-    task: str
-    diff: float
-    ci_low: float
-    ci_high: float
-    n: int
-    flips_to_wrong: int  # reference right, variant wrong (fractional scores: at the 0.5 cut, for people)
-    flips_to_right: int  # reference wrong, variant right
-    mcnemar_p: float | None = None  # 0/1 scores only
-    method: str = "bootstrap"  # the interval: tango (0/1 scores) | betting (fractional) | bootstrap (older records)
-    test: str = "mcnemar"  # the p-value's test: mcnemar (0/1) | wilcoxon (fractional, raw scores)
-    p_value: float | None = None  # that test's two-sided p (None in older records: mcnemar_p)
-
-    @property
-    def p(self) -> float | None:
-        return self.p_value if self.p_value is not None else self.mcnemar_p
-
-
-class TaskInterval(_Model):
-    """The one interval of a task's mean that the decision used (selector.stats.mean_interval)."""
-
-    low: float
-    high: float
-    method: str  # wilson | bootstrap | stored
-
-
-class Verdict(_Model):
-    variant: str
-    status: VerdictStatus
-    reasons: list[str] = Field(default_factory=list)  # why not the winner, one line each
-    checks: list[Check] = Field(default_factory=list)
-    objective: float | None = None  # the value ranked on (e.g. weight GB); lower is better
-    rank: int | None = None  # 1 = best among eligible
-    scores: dict[str, float] = Field(default_factory=dict)  # "mean" and, with policy.weights, "weighted"
-    paired: dict[str, PairedDiff] = Field(default_factory=dict)  # task -> diff vs reference
-    # The same model at its baseline precision (bf16 by default): which answers quantization flipped.
-    baseline: str | None = None
-    baseline_paired: dict[str, PairedDiff] = Field(default_factory=dict)
-    intervals: dict[str, TaskInterval] = Field(default_factory=dict)  # task -> the decision's interval
-
-
-class SettingResult(_Model):
-    """One serving setting of a model x precision, as the knob comparison reads it."""
-
-    variant: str
-    setting: dict[str, Any] = Field(default_factory=dict)
-    level: str = ""  # the load level compared at (the heaviest all settings ran), "concurrency 8"
-    goodput_rps: float | None = None  # requests/s within measure.load.slo there (without one: all successful)
-    e2e_p95_ms: float | None = None  # at that level
-    meets: bool = True  # passes every policy.latency_limits key
-    detail: str = ""  # the limits it misses, in one line
-
-
-class SettingChoice(_Model):
-    """The settings of one model x precision side by side (selection.settings), best first."""
-
-    group: str  # model/precision
-    basis: str  # goodput | throughput (no SLO was set)
-    best: str | None  # the variant that meets the latency limits at the highest goodput
-    summary: str
-    results: list[SettingResult] = Field(default_factory=list)
-
-
-class Selection(_Model):
-    policy: dict[str, Any]
-    winner: str | None
-    reference: str | None  # largest size at highest precision present
-    summary: str  # the recommendation in one sentence, with its evidence
-    verdicts: list[Verdict]
-    pareto: dict[str, list[str]] = Field(default_factory=dict)  # axis -> variants on the front
-    sensitivity: list[dict[str, Any]] = Field(default_factory=list)
-    sample_size: list[dict[str, Any]] = Field(default_factory=list)
-    noise_floor: dict[str, float] = Field(default_factory=dict)  # task -> score spread at no change
-    warnings: list[str] = Field(default_factory=list)
-    settings: list[SettingChoice] = Field(default_factory=list)  # serving settings compared, per model x precision

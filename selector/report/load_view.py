@@ -12,7 +12,8 @@ from typing import Any
 from selector.report import fmt
 from selector.serving.diagnosis import SHORT, Serving, diagnose_ladder, headline
 from selector.report.view import Cell, Table, order_records
-from selector.records import LoadLevel, Percentiles, RunRecord, Selection, setting_label
+from selector.records import LoadLevel, Percentiles, RunRecord, setting_label
+from selector.verdicts import Selection
 
 SPLIT_NOTE = (
     "Shares are of the slowest requests' time (those at or above e2e p95: their queue, batch wait and compute "

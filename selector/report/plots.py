@@ -24,7 +24,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from selector.report import fmt
 from selector.report.view import mean_accuracy, order_records, task_floor, task_names
 from selector.selection import pareto_front
-from selector.records import RunRecord, Selection
+from selector.records import RunRecord
+from selector.verdicts import Selection
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]

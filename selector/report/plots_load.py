@@ -13,7 +13,8 @@ from matplotlib.ticker import NullFormatter
 
 from selector.report.plots import MARKERS, OKABE_ITO, STYLE, Encoding, Plot, _svg, _text, plain_log_axis
 from selector.report.view import order_records
-from selector.records import LoadLevel, RunRecord, Selection, setting_label
+from selector.records import LoadLevel, RunRecord, setting_label
+from selector.verdicts import Selection
 
 
 def _x(level: LoadLevel, by_rate: bool) -> float | None:

@@ -20,7 +20,8 @@ from selector.report import samples as sample_outputs
 from selector.report import compare_view, load_view, sections, view
 from selector.report.plots import Plot, accuracy_by_task, accuracy_vs_latency, accuracy_vs_memory
 from selector.report.plots_load import capacity_curve, latency_vs_concurrency, settings_tradeoff, throughput_vs_latency
-from selector.records import SCHEMA_VERSION, RunRecord, SampleRecord, Selection
+from selector.records import SCHEMA_VERSION, RunRecord, SampleRecord
+from selector.verdicts import Selection
 
 TEMPLATES = Path(__file__).parent / "templates"
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")

@@ -17,7 +17,8 @@ from pydantic import ValidationError
 
 from selector.report.view import task_names
 from selector.selection.evidence import RIGHT_THRESHOLD
-from selector.records import RunRecord, SampleRecord, Selection
+from selector.records import RunRecord, SampleRecord
+from selector.verdicts import Selection
 
 log = logging.getLogger("selector.report")
 

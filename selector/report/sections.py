@@ -14,7 +14,8 @@ import yaml
 from selector.report import fmt
 from selector.report.view import Cell, Table, order_records, task_names, verdicts_by_variant
 from selector.stats_paired import holm
-from selector.records import RunRecord, Selection
+from selector.records import RunRecord
+from selector.verdicts import Selection
 
 FLAG_ALPHA = 0.05  # family-wise, over the paired table's cells (Holm)
 

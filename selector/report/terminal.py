@@ -18,7 +18,8 @@ from selector.selection.measures import PROCESS_PEAK, serving_peak
 from selector.report.view import (
     best_throughput, order_records, task_floor, task_names, verdict_status, verdicts_by_variant,
 )
-from selector.records import RunRecord, Selection, SettingChoice, TaskResult, Verdict
+from selector.records import RunRecord, TaskResult
+from selector.verdicts import Selection, SettingChoice, Verdict
 
 VERDICT_STYLE = {"winner": "bold white on blue", "eligible": "green", "rejected": "dark_orange",
                  "stopped": "dark_orange", "failed": "bold red", "skipped": "dim", "not_needed": "dim"}

@@ -12,7 +12,8 @@ from typing import Any
 
 from selector.report import fmt
 from selector.selection.measures import PROCESS_PEAK, serving_peak
-from selector.records import RunRecord, Selection, TaskResult, Verdict
+from selector.records import RunRecord, TaskResult
+from selector.verdicts import Selection, Verdict
 
 
 @dataclass(frozen=True)

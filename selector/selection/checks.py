@@ -16,7 +16,7 @@ from selector.selection.measures import (
     weight_gb,
 )
 from selector.stats_paired import noninferiority_exact_p
-from selector.records import Check
+from selector.verdicts import Check
 
 RULES = ("point", "lower_bound", "non_inferiority")
 OBJECTIVES = ("weight_memory", "latency", "cost", "cost_at_traffic")

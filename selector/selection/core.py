@@ -17,7 +17,8 @@ from selector.selection.precision import pick_baseline, pick_reference
 from selector.selection.ranking import Ranking, format_objective, objective_value, rank
 from selector.selection.sequence import ladder
 from selector.selection.summary import collect_warnings, rejection_reasons, write_summary
-from selector.records import RunRecord, Selection, TaskInterval, Verdict
+from selector.records import RunRecord
+from selector.verdicts import Selection, TaskInterval, Verdict
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0

@@ -12,7 +12,8 @@ import numpy as np
 from selector.config import PolicyConfig
 from selector.stats import mean_interval, newcombe_diff_interval, wilson_interval
 from selector.stats_paired import paired_binary, paired_fractional
-from selector.records import PairedDiff, RunRecord, TaskResult
+from selector.records import RunRecord, TaskResult
+from selector.verdicts import PairedDiff
 
 RIGHT_THRESHOLD = 0.5  # a fractional score counts as "right" in the flip counts (for people; no test uses it)
 

@@ -14,7 +14,8 @@ from selector.selection.evidence import Evidence
 from selector.selection.settings import setting_rank, shared_objectives
 from selector.selection.measures import cost_per_million_tokens, e2e_p50_ms, weight_gb
 from selector.selection.sequence import blocked_check, walk
-from selector.records import Check, RunRecord
+from selector.records import RunRecord
+from selector.verdicts import Check
 
 # objective -> (what it is, unit, how a person reads "lowest")
 OBJECTIVE_TEXT = {

@@ -19,7 +19,8 @@ machine, not on any score); variants the search found not needed were below the 
 from __future__ import annotations
 
 from selector.selection.precision import record_bits, record_params
-from selector.records import Check, RunRecord
+from selector.records import RunRecord
+from selector.verdicts import Check
 
 CONTROLS = ("none", "fixed_sequence")
 

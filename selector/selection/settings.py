@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from selector.config import PolicyConfig
 from selector.selection.measures import latency_value, parse_latency_key
-from selector.records import LoadLevel, RunRecord, SettingChoice, SettingResult, setting_label
+from selector.records import LoadLevel, RunRecord, setting_label
+from selector.verdicts import SettingChoice, SettingResult
 
 CLOSE = 0.05  # a lead smaller than this (relative) is within a figure measured once (as `compare` judges it)
 KNOB_BLIND = ("weight_memory", "latency")  # objectives no serving knob changes (single-request latency runs unbatched)

@@ -11,7 +11,8 @@ from selector.selection.cost import traffic_sentence
 from selector.selection.evidence import Evidence
 from selector.selection.precision import record_bits
 from selector.selection.ranking import OBJECTIVE_TEXT, Ranking, format_objective
-from selector.records import Check, RunRecord
+from selector.records import RunRecord
+from selector.verdicts import Check
 
 SMALL_N = 30  # below this many items a task's interval is wide; say so
 MAX_EVIDENCE_TASKS = 6  # keep the sentence readable

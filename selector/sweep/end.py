@@ -10,7 +10,8 @@ from selector.config import SelectorConfig
 from selector.sweep.judging import gather_records, report_context, select_and_report
 from selector.sweep.searched import not_needed_records, savings, summary_line
 from selector.sweep.state import read_state
-from selector.records import RunRecord, Selection
+from selector.records import RunRecord
+from selector.verdicts import Selection
 
 log = logging.getLogger("selector.sweep.end")
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from selector.config import SelectorConfig
-from selector.records import RunRecord, SampleRecord, Selection
+from selector.records import RunRecord, SampleRecord
+from selector.verdicts import Selection
 
 
 def gather_records(base: Path) -> list[RunRecord]:

@@ -17,7 +17,8 @@ from typing import Any
 from selector.config import SelectorConfig
 from selector.errors import ConfigError, UserError
 from selector.report.compare import Side
-from selector.records import RunRecord, Selection
+from selector.records import RunRecord
+from selector.verdicts import Selection
 
 log = logging.getLogger("selector.sweep.stored")
 RUN_ID = re.compile(r"[0-9a-f]{32}")  # an MLflow run id

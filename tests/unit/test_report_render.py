@@ -13,7 +13,8 @@ import pytest
 from selector.report import sections, write_report
 from selector.report.render import md_code, md_text
 from tests.fixtures.sample_report import sample_sweep
-from selector.records import RunRecord, Selection, Verdict
+from selector.records import RunRecord
+from selector.verdicts import Selection, Verdict
 from tests.factories import perf, run_record, task_result
 
 XSS = "<script>alert(1)</script>"

@@ -12,7 +12,8 @@ from selector.report.samples import (
     OUTPUT_CHARS, PER_TASK, PROMPT_CHARS, examples, load_samples, read_samples, subject_variant, task_examples,
 )
 from tests.fixtures.sample_report import sample_outputs, sample_sweep
-from selector.records import RunRecord, SampleRecord, Selection, Verdict
+from selector.records import RunRecord, SampleRecord
+from selector.verdicts import Selection, Verdict
 from tests.factories import run_record, task_result
 
 XSS = "<script>window.__xss = 1</script>"

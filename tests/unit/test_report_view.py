@@ -6,7 +6,8 @@ import pytest
 
 from selector.report import fmt, sections, view
 from tests.fixtures.sample_report import sample_sweep
-from selector.records import Check, ErrorInfo, RunRecord, Selection, Verdict
+from selector.records import ErrorInfo, RunRecord
+from selector.verdicts import Check, Selection, Verdict
 from tests.factories import perf, run_record, task_result
 
 
@@ -158,7 +159,7 @@ def test_memory_columns_show_the_serving_peak_beside_plans_estimate_and_mark_old
 
 def test_paired_table_flags_by_holm_over_the_whole_table() -> None:
     """Two cells with raw p < 0.05 but only one survives Holm over the table's four tests."""
-    from selector.records import PairedDiff
+    from selector.verdicts import PairedDiff
 
     def d(task: str, p: float, diff: float = -0.1) -> PairedDiff:
         return PairedDiff(task=task, diff=diff, ci_low=diff - 0.05, ci_high=diff + 0.05, n=48, flips_to_wrong=5,

@@ -14,7 +14,8 @@ from selector.config import PolicyConfig
 from selector.errors import ConfigError
 from selector.selection import pareto_front, parse_latency_key, pick_reference, precision_bits, select
 from selector.selection.measures import SERVING_GPU, SERVING_RSS, serving_peak
-from selector.records import ErrorInfo, MemoryResult, PeakMemory, RunRecord, Selection, TaskResult
+from selector.records import ErrorInfo, MemoryResult, PeakMemory, RunRecord, TaskResult
+from selector.verdicts import Selection
 from tests.factories import GB, hits, perf, run_record, task_result
 
 
