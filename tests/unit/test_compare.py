@@ -1,22 +1,15 @@
 """Two sweeps compared on hand-built records: config differences, variants matched, each change
-against its noise; and `python -m selector compare` on folders that are not sweeps or share no
-variant (one line, exit 2)."""
+against its noise. The command itself: tests/integration/test_cli_commands.py."""
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from selector.report.compare import Side, compare, config_diff, latency_noise, match_variants, verdict
 from selector.report.compare_view import changes_table, headline
 from selector.records import LoadLevel, MemoryResult, Percentiles, PerfResult, RunRecord, TaskResult, Variant
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def pct(p50: float, p90: float, n: int = 32) -> Percentiles:
@@ -93,41 +86,6 @@ def test_variants_match_by_name_then_by_model_and_precision() -> None:
     assert match_variants([plain], two) == []  # which of the two is ambiguous
     with pytest.raises(ValueError, match="no completed variant in common: A has smol/bf16; B has smol/int8"):
         compare(side("A", plain), side("B", rec("int8")))
-
-
-def _write_sweep(folder: Path, record: RunRecord) -> Path:
-    record.save(folder / record.variant.model / record.variant.precision / "record.json")
-    (folder / "sweep.json").write_text(json.dumps({"config": side("x", record).config, "started_at": 1.0}))
-    return folder
-
-
-def _compare(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "selector", "compare", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
-
-
-def test_compare_command_errors_are_one_line(tmp_path: Path) -> None:
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    a = _write_sweep(tmp_path / "a", rec())
-    b = _write_sweep(tmp_path / "b", rec("int8"))
-    for args, needle in (((str(empty), str(a)), "not a sweep folder (no sweep.json and no record.json under it)"),
-                         ((str(a), str(tmp_path / "nowhere")), "no such folder, and not an MLflow run id"),
-                         ((str(a), str(b)), "no completed variant in common")):
-        result = _compare(*args)
-        assert result.returncode == 2, result.stderr
-        lines = [line for line in result.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1 and lines[0].startswith("error: compare: ") and needle in lines[0], result.stderr
-
-
-def test_compare_command_writes_its_table(tmp_path: Path) -> None:
-    a = _write_sweep(tmp_path / "a", rec())
-    b = _write_sweep(tmp_path / "b", rec(e2e=1400))
-    result = _compare(str(a), str(b), "--out", str(tmp_path / "cmp"))
-    assert result.returncode == 0, result.stderr
-    md = (tmp_path / "cmp" / "compare.md").read_text()
-    assert "| smol/bf16 | c=4 e2e p50 | 1,000 ms | 1,400 ms | +400 ms |" in md
-    assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["variants"] == ["smol/bf16"]
 
 
 def test_a_serving_only_change_uses_single_request_latency_as_the_control() -> None:
