@@ -135,6 +135,19 @@ class PhaseMeter:
                           cuda_allocated_bytes=allocated, cuda_reserved_bytes=reserved)
 
 
+def higher(a: PeakMemory | None, b: PeakMemory | None) -> PeakMemory | None:
+    """The field-by-field maximum of two peaks (None where neither has a figure)."""
+    if a is None or b is None:
+        return a or b
+
+    def top(x: int | None, y: int | None) -> int | None:
+        return y if x is None else x if y is None else max(x, y)
+
+    return PeakMemory(rss_bytes=top(a.rss_bytes, b.rss_bytes),
+                      cuda_allocated_bytes=top(a.cuda_allocated_bytes, b.cuda_allocated_bytes),
+                      cuda_reserved_bytes=top(a.cuda_reserved_bytes, b.cuda_reserved_bytes))
+
+
 def server_peak(processes: list[Any]) -> PeakMemory | None:
     """A server's serving peak: the sum of its processes' resident high-water marks (they run side by
     side, so the sum bounds what they held at once). None for a server that is not this machine's."""

@@ -20,7 +20,7 @@ from selector.sweep import evaluation
 from selector.sweep.device import resolve_device
 from selector.sweep.faults import maybe_inject
 from selector.sweep.jobfiles import JobFiles, now, variant_of
-from selector.measure.memory import PhaseMeter, current_rss_bytes
+from selector.measure.memory import PhaseMeter, current_rss_bytes, higher
 from selector.records import ErrorInfo, PeakMemory, PerfResult, RunRecord, SampleRecord
 
 log = logging.getLogger("selector.sweep.pipeline")
@@ -38,6 +38,7 @@ class VariantRun:
         self.decision = None  # set when adaptive search finds a floor out of reach
         self.meter: PhaseMeter | None = None  # the current phase's peak memory (measure/memory.py)
         self.phases: dict[str, PeakMemory] = {}  # prepare, load: peaks of the phases already over
+        self.serving_so_far: PeakMemory | None = None  # the serving peak before a pass that does not count
         self.runtime_rss: int | None = None
         self.tasks: list = []  # type: ignore[type-arg]
 
@@ -296,7 +297,7 @@ class VariantRun:
 
         artifact = loaded.quant.artifact_bytes if loaded.quant and loaded.quant.artifact_bytes else None
         on_disk = artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
-        serving = self.meter.read() if self.meter is not None else None
+        serving = higher(self.meter.read(), self.serving_so_far) if self.meter is not None else None
         self.record.memory = measure_memory(loaded.model, device, on_disk, serving=serving,
                                             load=self.phases.get("load"), prepare=self.phases.get("prepare"),
                                             runtime_rss_bytes=self.runtime_rss)
@@ -414,9 +415,17 @@ class VariantRun:
         log.info("noise floor of %s over %d re-evaluations: %s", self.variant.name, nf.repeats, spread)
 
     def _fidelity(self, loaded, tasks) -> None:  # type: ignore[no-untyped-def]
+        """Fidelity's probe passes (prompts of up to 1024 tokens, the full vocabulary's distribution)
+        are selector's measurement, not serving: the peak so far is kept and the meter restarts after."""
         from selector.measure.fidelity import measure_fidelity
 
-        self.record.fidelity = measure_fidelity(loaded, tasks, self.cfg)
+        held = self.meter.read() if self.meter is not None else None
+        try:
+            self.record.fidelity = measure_fidelity(loaded, tasks, self.cfg)
+        finally:
+            if self.meter is not None:
+                self.serving_so_far = higher(self.serving_so_far, held)
+                self.meter.start()
 
 
 def _import_runtime(backend) -> None:  # type: ignore[no-untyped-def]
