@@ -102,9 +102,12 @@ def prepare(cfg: SelectorConfig, searchpath: Sequence[str], device: str) -> list
         did.append(f"artifact {Path(str(prepared.artifact_dir)).name} "
                    f"({'cached' if prepared.quant and prepared.quant.cached else 'quantized'})")
     if _wants_reference(cfg):
-        from selector.measure.fidelity import ensure_reference
+        from selector.measure.fidelity import ensure_reference, reference_exists
+        from selector.precisions.loading import load_tokenizer
 
-        did.append(ensure_reference(cfg, tasks, device, searchpath))
+        # made by the baseline's own run when it ran first: loading the baseline again would only find it
+        if not reference_exists(cfg, tasks, load_tokenizer(resolved)):
+            did.append(ensure_reference(cfg, tasks, device, searchpath))
     return did
 
 
