@@ -112,7 +112,7 @@ class VariantRun:
         self.meter.start()
         self.runtime_rss = current_rss_bytes()
         with self.timed("load"):
-            resolved, loaded = self._materialize(backend, device, tasks)
+            resolved, loaded = self._materialize(device, tasks)
         self.phases["load"] = self.meter.read()
         self.meter.start()  # from here on: serving it
         with CpuShare() as share:  # another busy process on the machine slows every figure down
@@ -144,7 +144,7 @@ class VariantRun:
         self.phases["prepare"] = prepared.peak
         self.record.config["prepared"] = prepared.did
 
-    def _materialize(self, backend, device: str, tasks):  # type: ignore[no-untyped-def]
+    def _materialize(self, device: str, tasks):  # type: ignore[no-untyped-def]
         """Resolve the model source, then load it at the precision (quantizing or reusing the cache)."""
         from selector.precisions import load_variant
         from selector.precisions.calibration import calibration_texts
