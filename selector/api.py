@@ -119,7 +119,7 @@ def run(overrides: Overrides = None, *, output_dir: str | Path | None = None) ->
     "evalset": {"limit": 10}}: a list under a config group sweeps it, nested dicts are dotted keys).
     output_dir: where the sweep folder, records and MLflow store go (default: ./outputs)."""
     from selector.commands import COMMANDS
-    from selector.sweep import callback, stored
+    from selector.sweep import lifecycle, stored
     from selector.sweep.entry import run_sweep
 
     args = as_overrides(overrides)
@@ -129,7 +129,7 @@ def run(overrides: Overrides = None, *, output_dir: str | Path | None = None) ->
         if any(a.lstrip("+").startswith("output_dir=") for a in args):
             raise ValueError("output_dir is given twice: as an override and as the output_dir argument")
         args.append(f"output_dir={_value(str(Path(output_dir).expanduser().resolve()))}")
-    callback.last_sweep_dir = None
+    lifecycle.last_sweep_dir = None
     with _hydra_in_this_process():
         try:
             run_sweep(args)
@@ -137,9 +137,9 @@ def run(overrides: Overrides = None, *, output_dir: str | Path | None = None) ->
             raise e.error from None
         except SystemExit as e:  # Hydra's own error report, or the end of the sweep breaking
             if e.code not in (0, None):
-                where = f" (records are kept under {callback.last_sweep_dir})" if callback.last_sweep_dir else ""
+                where = f" (records are kept under {lifecycle.last_sweep_dir})" if lifecycle.last_sweep_dir else ""
                 raise SweepError(f"the sweep stopped with exit code {e.code}{where}; its log says why") from None
-    base = callback.last_sweep_dir
+    base = lifecycle.last_sweep_dir
     if base is None:
         raise SweepError("the sweep did not start (no sweep folder was made)")
     return _result(stored.from_folder(base), report=base / "report")
@@ -257,7 +257,7 @@ def _result(sweep: StoredSweep, report: Path | None) -> SweepResult:
         paths = {fmt: report / name for fmt, name in REPORT_FILES.items() if (report / name).is_file()}
     return SweepResult(records=sweep.records, selection=selection, config=cfg,
                        sweep_dir=sweep.base if sweep.folder else None, report_paths=paths,
-                       tracking_uri=sweep.state.get("tracking_uri"), parent_run_id=sweep.state.get("parent_run_id"),
+                       tracking_uri=sweep.state.tracking_uri or None, parent_run_id=sweep.state.parent_run_id,
                        _stored=sweep)
 
 

@@ -13,12 +13,9 @@ that does not have it stops the sweep before anything loads.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
 
 from selector.errors import ConfigError
 from selector.records import setting_label
@@ -32,7 +29,6 @@ KNOBS = {  # dotted config key -> the short name a setting shows
 HF_KNOBS = ("measure.load.max_batch_size", "measure.load.max_queue_delay_ms")
 VLLM_KNOBS = ("engine.vllm.max_num_seqs", "engine.vllm.max_num_batched_tokens")
 BY_SHORT = {short: dotted for dotted, short in KNOBS.items()}
-RESOLVER = "selector.setting_subdir"
 
 
 def _get(cfg: Any, dotted: str) -> Any:
@@ -89,33 +85,3 @@ def check_engine_knobs(cfg: Any, given: Iterable[str], swept: Iterable[str]) -> 
         f"{'vLLM started by the harness (engine=vllm)' if asked[0] in VLLM_KNOBS else 'the in-process batcher (engine=hf)'}. "
         "Set the server's own batching in its command (vLLM --max-num-seqs, TGI --max-batch-size), "
         "or drop this override"))
-
-
-def _setting_subdir(*, _root_: Any) -> str:
-    """'/max_batch_size=8' for a job of a sweep that varies serving knobs, else ''. The knobs are
-    the sweep's (sweep.json, written before any job starts); the values are this job's."""
-    knobs = sweep_knobs(_root_)
-    if not knobs:
-        return ""
-    return "/" + setting_dir({short: OmegaConf.select(_root_, BY_SHORT[short]) for short in knobs})
-
-
-def sweep_knobs(root: Any) -> list[str]:
-    from selector.paths import SWEEP_STATE_FILE
-
-    base = Path(str(OmegaConf.select(root, "hydra.sweep.dir", default="") or ""))
-    if not base.is_absolute():  # a worker elsewhere (Ray, SLURM) starts in a folder of its own
-        base = Path(str(OmegaConf.select(root, "hydra.runtime.cwd", default="") or ".")) / base
-    try:
-        return list(json.loads((base / SWEEP_STATE_FILE).read_text()).get("serving_knobs") or [])
-    except (OSError, ValueError):
-        return []
-
-
-def register_resolver() -> None:
-    """conf/config.yaml names each job's folder with `${selector.setting_subdir:}`."""
-    if not OmegaConf.has_resolver(RESOLVER):
-        OmegaConf.register_new_resolver(RESOLVER, _setting_subdir)
-
-
-register_resolver()

@@ -1,4 +1,6 @@
-"""The end of a sweep: gather every variant's record, select, write the report, close the parent run."""
+"""The end of a sweep, step by step (selector.sweep.lifecycle.Sweep.finish runs them in order): the
+config it selects with, the parent run's metrics and tags, the comparison with an earlier sweep,
+the console summary, and closing the parent run as FAILED when the end itself breaks."""
 
 from __future__ import annotations
 
@@ -7,77 +9,60 @@ from pathlib import Path
 from typing import Any
 
 from selector.config import SelectorConfig
-from selector.sweep.judging import gather_records, report_context, select_and_report
-from selector.sweep.searched import not_needed_records, savings, summary_line
-from selector.sweep.state import read_state
 from selector.records import RunRecord
+from selector.sweep.judging import gather_records
+from selector.sweep.state import SweepState, read_state
 from selector.verdicts import Selection
 
 log = logging.getLogger("selector.sweep.end")
 
 
-def finish_sweep(base: Path, wall_s: float) -> None:
-    from selector.report import print_terminal_summary
+def sweep_config(state: SweepState, records: list[RunRecord]) -> SelectorConfig:
+    """The config the sweep ran with (sweep.json). A record's own config says how IT was measured,
+    which for a reused record may be another sweep's policy; only sweeps written before sweep.json
+    held the config fall back to it."""
+    from selector.compose import config_from_dict
+
+    if state.config is not None:
+        return config_from_dict(state.config)
+    log.warning("sweep.json holds no config (an older sweep): using the first record's")
+    return config_from_dict(records[0].config)
+
+
+def compare_with_predecessor(cfg: SelectorConfig, state: SweepState, base: Path,
+                             records: list[RunRecord]) -> dict[str, Any]:
+    """This sweep against the one its config names (compare_to), for the report."""
+    from selector.report.compare import Side
+    from selector.sweep.stored import compare_with
+
+    return compare_with(cfg, Side(str(base), records, state.config or {}, state.parent_run_id,
+                                  state.tracking_uri, state.started_at))
+
+
+def close_parent_run(cfg: SelectorConfig, state: SweepState, records: list[RunRecord], selection: Selection,
+                     paths: dict[str, Path], wall_s: float, saved: dict[str, float] | None) -> None:
+    """The sweep's counts, memory and verdict on its parent run, the report as its artifacts, and
+    each variant's flip counts on its child run."""
     from selector.trackers import make_tracker
     from selector.trackers.naming import settings_tags
 
-    state = read_state(base)
-    adaptive = (state.get("search") or {}).get("strategy") == "adaptive"
-    if adaptive:
-        not_needed_records(state, base)  # written to their job folders, gathered with the rest
-    records = gather_records(base)
-    if not records:
-        log.warning("no variant records under %s: nothing to select from", base)
-        return
-    cfg = sweep_config(state, records)
-    context = report_context(cfg, state, base, wall_s)
-    saved = savings(records, state) if adaptive else None
-    if saved:
-        context["search"] = {**state["search"], "savings": saved, "order_seed": state.get("order_seed"),
-                             "order_seed_source": state.get("order_seed_source")}
-    from selector.report.samples import load_samples
-
-    if cfg.compare_to:
-        from selector.report.compare import Side
-        from selector.sweep.stored import compare_with
-
-        context["comparison"] = compare_with(cfg, Side(str(base), records, state.get("config") or {},
-                                                       state.get("parent_run_id"), state.get("tracking_uri", ""),
-                                                       state.get("started_at")))
-    selection, paths = select_and_report(records, cfg, context, base / "report", load_samples(base))
     tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
     metrics = {
         "sweep/variants": len(records),
-        "sweep/completed": sum(r.status == "completed" for r in records),
-        "sweep/failed": sum(r.status == "failed" for r in records),
-        "sweep/skipped": sum(r.status == "skipped" for r in records),
-        "sweep/stopped": sum(r.status == "stopped" for r in records),
-        "sweep/not_needed": sum(r.status == "not_needed" for r in records),
+        **{f"sweep/{status}": sum(r.status == status for r in records)
+           for status in ("completed", "failed", "skipped", "stopped", "not_needed")},
         "sweep/wall_s": wall_s,
         **({f"search/{k}": v for k, v in saved.items()} if saved else {}),
         **_memory_metrics(records),
     }
     tags = {"selector.status": "completed", "selector.winner": selection.winner or "none",
-            "selector.search": (state.get("search") or {}).get("strategy", "grid"),
+            "selector.search": state.search.strategy if state.search else "grid",
             "mlflow.note.content": selection.summary, **settings_tags(selection)}
-    tracker.finish_sweep(state.get("parent_run_id"), metrics, tags, list(paths.values()))
-    _compare_with_earlier(context.get("comparison"), state, base)
+    tracker.finish_sweep(state.parent_run_id, metrics, tags, list(paths.values()))
     _log_flips(tracker, records, selection)
-    print_terminal_summary(records, selection)
-    if saved:
-        print("\n" + summary_line(saved))
-        from selector.report.sections import wave_lines
-
-        heading, waves = wave_lines(state["search"])
-        if heading:
-            print("\n".join([heading + ":", *("  " + line for line in waves)]))
-    print(f"\nReport: {paths['html']}\n        {paths['md']}\n        {paths['json']}")
-    hint = tracker.ui_hint(state.get("parent_run_id"), [r.mlflow_run_id for r in records if r.mlflow_run_id])
-    if hint:
-        print("MLflow: " + "\n        ".join(hint))
 
 
-def _compare_with_earlier(comparison: dict[str, Any] | None, state: dict[str, Any], base: Path) -> None:
+def compare_with_earlier(comparison: dict[str, Any] | None, state: SweepState, base: Path) -> None:
     """The comparison's own files beside the report, and on this sweep's parent run."""
     if not comparison or comparison.get("error"):
         return
@@ -86,8 +71,29 @@ def _compare_with_earlier(comparison: dict[str, Any] | None, state: dict[str, An
 
     paths = write_comparison(comparison, base / "report")
     before = Side(comparison["a"]["label"], [], {}, comparison["a"].get("parent_run_id"))
-    this = Side(str(base), [], {}, state.get("parent_run_id"), state.get("tracking_uri") or "")
+    this = Side(str(base), [], {}, state.parent_run_id, state.tracking_uri)
     log_comparison(comparison, before, this, paths)
+
+
+def print_summary(cfg: SelectorConfig, state: SweepState, records: list[RunRecord], selection: Selection,
+                  paths: dict[str, Path], saved: dict[str, float] | None) -> None:
+    """The console's end of the sweep: the verdicts, what the search saved, where the report is."""
+    from selector.report import print_terminal_summary
+    from selector.report.sections import wave_lines
+    from selector.sweep.searched import summary_line
+    from selector.trackers import make_tracker
+
+    print_terminal_summary(records, selection)
+    if saved and state.search:
+        print("\n" + summary_line(saved))
+        heading, waves = wave_lines(state.search.model_dump())
+        if heading:
+            print("\n".join([heading + ":", *("  " + line for line in waves)]))
+    print(f"\nReport: {paths['html']}\n        {paths['md']}\n        {paths['json']}")
+    tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
+    hint = tracker.ui_hint(state.parent_run_id, [r.mlflow_run_id for r in records if r.mlflow_run_id])
+    if hint:
+        print("MLflow: " + "\n        ".join(hint))
 
 
 def _memory_metrics(records: list[RunRecord]) -> dict[str, float]:
@@ -113,27 +119,15 @@ def _log_flips(tracker: Any, records: list[RunRecord], selection: Selection) -> 
         tracker.log_metrics(run_ids.get(verdict.variant), flip_metrics(verdict))
 
 
-def sweep_config(state: dict[str, Any], records: list[RunRecord]) -> SelectorConfig:
-    """The config the sweep ran with (sweep.json). A record's own config says how IT was measured,
-    which for a reused record may be another sweep's policy; only sweeps written before sweep.json
-    held the config fall back to it."""
-    from selector.compose import config_from_dict
-
-    if "config" in state:
-        return config_from_dict(state["config"])
-    log.warning("sweep.json holds no config (an older sweep): using the first record's")
-    return config_from_dict(records[0].config)
-
-
 def abort_sweep(base: Path, why: str) -> None:
     """Close the parent run as FAILED when the end of a sweep itself breaks."""
     from selector.trackers import make_tracker
 
     state = read_state(base)
     records = gather_records(base)
-    if not state or not records:
+    if state.parent_run_id is None or not records:
         return
     cfg = sweep_config(state, records)
     tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
-    tracker.finish_sweep(state.get("parent_run_id"), {}, {"selector.status": "failed", "selector.reason": why[:5000]},
+    tracker.finish_sweep(state.parent_run_id, {}, {"selector.status": "failed", "selector.reason": why[:5000]},
                          [], status="FAILED")

@@ -38,16 +38,16 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     tasks, ehash = preflight.load_tasks(cfg)
     key = variant_key(cfg, ehash)
     state = read_state()
-    if cfg.search.seed is None and state.get("order_seed") is not None:
-        cfg.search.seed = int(state["order_seed"])  # the sweep's item order (selector.sweep.order_seed)
-    parent = state.get("parent_run_id")
-    if state.get("tracking_uri") and cfg.tracker.kind == "mlflow":
+    if cfg.search.seed is None and state.order_seed is not None:
+        cfg.search.seed = state.order_seed  # the sweep's item order (selector.sweep.order_seed)
+    parent = state.parent_run_id
+    if state.tracking_uri and cfg.tracker.kind == "mlflow":
         # The store the parent run is in: a local fallback when the server was down at sweep start.
-        cfg.tracker.tracking_uri = state["tracking_uri"]
+        cfg.tracker.tracking_uri = state.tracking_uri
     tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
-    extra = {"evalset_hash": ehash, "sweep_key": state.get("sweep_key", "")}
+    extra = {"evalset_hash": ehash, "sweep_key": state.sweep_key}
     # The serving knobs this sweep varies name the variant: two settings are two variants everywhere.
-    setting = setting_of(cfg, state.get("serving_knobs") or [])
+    setting = setting_of(cfg, state.serving_knobs)
     name = variant_of(cfg, setting).name
 
     if not cfg.force:
@@ -62,8 +62,8 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     child = tracker.start_variant(parent, name, key, tags)
     try:
         if ok:
-            record = run_variant(cfg, key, job_dir, extra, is_reference=state.get("reference") == name,
-                                 searchpath=tuple(hc.searchpath), reference_key=state.get("reference_evaluation_key"))
+            record = run_variant(cfg, key, job_dir, extra, is_reference=state.reference == name,
+                                 searchpath=tuple(hc.searchpath), reference_key=state.reference_evaluation_key)
         else:
             record = bare_record(cfg, key, "skipped", why)
             record.config.update(extra)

@@ -8,6 +8,7 @@ from typing import Any
 
 from selector.config import SelectorConfig
 from selector.records import RunRecord, SampleRecord
+from selector.sweep.state import SweepState
 from selector.verdicts import Selection
 
 
@@ -22,14 +23,14 @@ def gather_records(base: Path) -> list[RunRecord]:
     return [r for _, r in by_key.values()]
 
 
-def report_context(cfg: SelectorConfig, state: dict[str, Any], base: Path, wall_s: float) -> dict[str, Any]:
+def report_context(cfg: SelectorConfig, state: SweepState, base: Path, wall_s: float) -> dict[str, Any]:
     from selector.config import to_dict
     from selector.measure.environment import environment
 
     return {
         "experiment": cfg.experiment,
-        "tracking_uri": state.get("tracking_uri", ""),
-        "parent_run_id": state.get("parent_run_id"),
+        "tracking_uri": state.tracking_uri,
+        "parent_run_id": state.parent_run_id,
         "sweep_dir": str(base),
         "config": to_dict(cfg),
         "environment": environment(),

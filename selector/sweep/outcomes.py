@@ -9,12 +9,13 @@ from typing import Any
 
 from selector.search.driver import Candidate, Outcome
 from selector.records import RunRecord
+from selector.sweep.state import PlannedEntry
 
 
-def candidates(variants: list[dict[str, Any]]) -> list[Candidate]:
+def candidates(variants: list[PlannedEntry]) -> list[Candidate]:
     """The planned variants (sweep.json) as search candidates."""
-    return [Candidate(v["name"], float(v["planned_bytes"]), v["model"], bool(v["needs_quantization"]),
-                      bool(v["is_baseline"]), bool(v["available"])) for v in variants]
+    return [Candidate(v.name, v.planned_bytes, v.model, v.needs_quantization, v.is_baseline, v.available)
+            for v in variants]
 
 
 def outcomes(base: Path, policy: Any, names: tuple[str, ...]) -> dict[str, Outcome]:

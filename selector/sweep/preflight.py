@@ -21,6 +21,7 @@ from selector.models import adhoc
 from selector.plan.estimate import planned_weight_bytes
 from selector.sweep.availability import availability, check_precision, planned_device
 from selector.sweep.keys import evaluation_key, sweep_key, variant_key
+from selector.sweep.state import PlannedEntry
 
 
 @dataclass
@@ -34,17 +35,16 @@ class PlannedVariant:
     planned_bytes: float = 0.0  # weight memory the search orders by (plan's estimate)
     setting: dict[str, Any] = field(default_factory=dict)  # the serving knobs the sweep varies (serving.knobs)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> PlannedEntry:
         """What the sweep's state keeps of it (sweep.json), for the jobs, the search and the end."""
         from selector.sweep.keys import calibrates
 
-        return {"name": self.name, "key": self.key, "evaluation_key": self.evaluation_key,
-                "overrides": self.overrides, "available": self.available, "reason": self.reason,
-                "model": self.cfg.model.name, "precision": self.cfg.precision.name, "setting": self.setting,
-                "family": self.cfg.model.family,
-                "params": int(self.cfg.model.params_b * 1e9), "planned_bytes": self.planned_bytes,
-                "needs_quantization": calibrates(self.cfg),
-                "is_baseline": self.cfg.precision.name == self.cfg.baseline_precision}
+        return PlannedEntry(name=self.name, key=self.key, evaluation_key=self.evaluation_key,
+                            overrides=self.overrides, available=self.available, reason=self.reason,
+                            model=self.cfg.model.name, precision=self.cfg.precision.name, setting=self.setting,
+                            family=self.cfg.model.family, params=int(self.cfg.model.params_b * 1e9),
+                            planned_bytes=self.planned_bytes, needs_quantization=calibrates(self.cfg),
+                            is_baseline=self.cfg.precision.name == self.cfg.baseline_precision)
 
     @property
     def name(self) -> str:

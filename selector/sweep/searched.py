@@ -9,31 +9,30 @@ its model (else of all, in proportion to planned weight memory). It is labelled 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from selector.serving.knobs import setting_dir
 from selector.records import RunRecord, Variant
+from selector.sweep.state import SweepState
 
 PRUNED = "pruned"  # the driver's word; the record's status is "not_needed"
 
 
-def not_needed_records(state: dict[str, Any], base: Path) -> list[RunRecord]:
+def not_needed_records(state: SweepState, base: Path) -> list[RunRecord]:
     """A record for each variant the search pruned, written to its job folder so that `select
     --from` and the report see it like any other variant."""
-    search = state.get("search") or {}
-    planned = {v["name"]: v for v in state.get("variants", [])}
+    planned = state.planned()
     out = []
-    for verdict in search.get("verdicts", []):
-        if verdict["status"] != PRUNED or verdict["name"] not in planned:
+    for verdict in state.search.verdicts if state.search else []:
+        if verdict.status != PRUNED or verdict.name not in planned:
             continue
-        v = planned[verdict["name"]]
-        model, precision = v.get("model"), v.get("precision")
+        v = planned[verdict.name]
+        model, precision = v.model, v.precision
         if not precision:  # a sweep.json from before variants kept their precision apart
-            model, precision = v["name"].split("/", 1)
-        setting = v.get("setting") or {}
-        record = RunRecord(key=v["key"], variant=Variant(model=model, precision=precision, family=v.get("family", ""),
-                                                         params=int(v.get("params", 0)), setting=setting),
-                           status="not_needed", reason=verdict["reason"], config=state.get("config", {}))
+            model, precision = v.name.split("/", 1)
+        setting = v.setting
+        record = RunRecord(key=v.key, variant=Variant(model=model, precision=precision, family=v.family,
+                                                      params=v.params, setting=setting),
+                           status="not_needed", reason=verdict.reason, config=state.config or {})
         folder = base / model / precision / (setting_dir(setting) if setting else "")
         record.save(folder / "record.json")
         out.append(record)
@@ -44,9 +43,9 @@ def _cost(record: RunRecord) -> float:
     return sum(v for k, v in record.timings_s.items() if k != "quantize")  # quantize is inside load
 
 
-def savings(records: list[RunRecord], state: dict[str, Any]) -> dict[str, float]:
+def savings(records: list[RunRecord], state: SweepState) -> dict[str, float]:
     """Items and seconds spent against the grid's (estimated) items and seconds."""
-    planned = {v["name"]: v for v in state.get("variants", [])}
+    bytes_of = {v.name: v.planned_bytes for v in state.variants}
     measured = [r for r in records if r.status in ("completed", "stopped")]
     total_items = sum(r.search.items_total for r in measured if r.search)
     per_variant_items = total_items / len(measured) if measured else 0.0
@@ -67,8 +66,8 @@ def savings(records: list[RunRecord], state: dict[str, Any]) -> dict[str, float]
             if same:
                 grid += sum(_cost(f) for f in same) / len(same)
             elif full:
-                per_byte = sum(_cost(f) for f in full) / sum(planned.get(f.name, {}).get("planned_bytes", 1.0) for f in full)
-                grid += per_byte * planned.get(r.name, {}).get("planned_bytes", 0.0)
+                per_byte = sum(_cost(f) for f in full) / sum(bytes_of.get(f.name, 1.0) for f in full)
+                grid += per_byte * bytes_of.get(r.name, 0.0)
     items_evaluated = sum(r.search.items_evaluated for r in measured if r.search)
     grid_items = total_items + per_variant_items * sum(r.status == "not_needed" for r in records)
     return {"items_evaluated": float(items_evaluated), "grid_items": float(grid_items),

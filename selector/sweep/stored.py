@@ -18,6 +18,7 @@ from selector.config import SelectorConfig
 from selector.errors import ConfigError, UserError
 from selector.report.compare import Side
 from selector.records import RunRecord
+from selector.sweep.state import SweepState, read_state
 from selector.verdicts import Selection
 
 log = logging.getLogger("selector.sweep.stored")
@@ -30,7 +31,7 @@ class StoredSweep:
     config: dict[str, Any] | None  # the sweep's resolved config, when it kept one
     base: Path  # the sweep folder (or where new reports of an MLflow sweep go by default)
     source: str  # what was read, for messages
-    state: dict[str, Any] = field(default_factory=dict)  # tracking_uri / parent_run_id, when known
+    state: SweepState = field(default_factory=SweepState)  # tracking_uri / parent_run_id, when known
     folder: bool = True  # read from files (which also hold the samples the report shows), not MLflow
 
 
@@ -48,7 +49,6 @@ def from_source(source: str | Path, tracking_uri: str | None = None,
 def from_folder(source: Path) -> StoredSweep:
     """Records, the sweep's config (when kept) and the folder of a sweep, records folder or report.json."""
     from selector.sweep.judging import gather_records
-    from selector.sweep.state import read_state
 
     source = Path(source)
     if not source.exists():
@@ -65,12 +65,11 @@ def from_folder(source: Path) -> StoredSweep:
     if not records:
         raise UserError(f"{source}: a sweep folder without variant records (record.json): did it run?" if state else
                         f"{source}: not a sweep folder (no sweep.json and no record.json under it)")
-    config = state.get("config")
+    config = state.config
     report = source / "report" / "report.json"
     if config is None and report.exists():
         config = json.loads(report.read_text()).get("context", {}).get("config")
-    keep = {k: state[k] for k in ("tracking_uri", "parent_run_id", "started_at") if state.get(k)}
-    return _checked(StoredSweep(records, config, source, str(source), keep))
+    return _checked(StoredSweep(records, config, source, str(source), state))
 
 
 def from_mlflow(run_id: str, tracking_uri: str | None = None, output_dir: str | Path | None = None) -> StoredSweep:
@@ -86,7 +85,7 @@ def from_mlflow(run_id: str, tracking_uri: str | None = None, output_dir: str | 
     experiment, started_at = _experiment_of(probe, run_id)
     tracker = make_tracker(defaults.tracker, experiment, out) if experiment != defaults.experiment else probe
     records = tracker.load_records(run_id)
-    state = {"tracking_uri": tracker.uri, "parent_run_id": run_id, "started_at": started_at}
+    state = SweepState(tracking_uri=tracker.uri, parent_run_id=run_id, started_at=started_at)
     where = f"MLflow run {run_id} in {tracker.uri}"
     config = tracker.load_sweep_config(run_id)
     return _checked(StoredSweep(records, config, out / "selections" / run_id, where, state, folder=False))
@@ -157,8 +156,8 @@ def select_again(stored: StoredSweep, cfg: SelectorConfig, out: Path | None) -> 
         from selector.report.compare import Side
 
         context["comparison"] = compare_with(cfg, Side(stored.source, stored.records, stored.config or {},
-                                                       stored.state.get("parent_run_id"),
-                                                       started_at=stored.state.get("started_at")))
+                                                       stored.state.parent_run_id,
+                                                       started_at=stored.state.started_at))
     return select_and_report(stored.records, cfg, context, out, samples)
 
 
@@ -184,8 +183,8 @@ def load_side(source: str, tracking_uri: str | None = None, output_dir: str | Pa
     """One side of a comparison: a sweep folder or an MLflow parent run id, read as from_source does."""
     sweep = from_source(source, tracking_uri, output_dir)
     config = sweep.config or sweep.records[0].config
-    return Side(str(source), sweep.records, config, sweep.state.get("parent_run_id"),
-                sweep.state.get("tracking_uri", ""), sweep.state.get("started_at"))
+    return Side(str(source), sweep.records, config, sweep.state.parent_run_id,
+                sweep.state.tracking_uri, sweep.state.started_at)
 
 
 def compare_with(cfg: SelectorConfig, this: Any) -> dict[str, Any]:

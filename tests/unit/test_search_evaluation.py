@@ -14,6 +14,7 @@ from selector.config import PolicyConfig
 from selector.search.sequential import floor_tests_for_policy
 from selector.sweep import evaluation
 from selector.sweep.searched import savings
+from selector.sweep.state import PlannedEntry, SweepState
 from selector.tasks.task import Item, Task
 from selector.records import MemoryResult, RunRecord, SampleRecord, SearchInfo, Variant
 
@@ -137,7 +138,7 @@ def test_the_grid_estimate_scales_a_stopped_evaluation_and_prices_a_pruned_varia
         _record("m/int8", "completed", {"load": 10, "evaluate": 100, "fidelity": 5, "measure": 15}, (100, 100)),
         _record("m/bf16", "not_needed", {}),
     ]
-    state = {"variants": [{"name": r.name, "planned_bytes": 1.0} for r in records]}
+    state = SweepState(variants=[PlannedEntry(name=r.name, planned_bytes=1.0) for r in records])
     s = savings(records, state)
     assert s["spent_s"] == 160  # 30 + 130
     # int4: 10 load + 20 x 100/20 evaluation + 20 (int8's fidelity and measure); int8: 130; bf16: int8's 130
