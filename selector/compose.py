@@ -254,6 +254,15 @@ def config_from_dict(data: dict[str, Any]) -> SelectorConfig:
     return cfg
 
 
+def precision_from_dict(data: dict[str, Any]) -> Any:
+    """A precision config stored as plain data (a job file) back into its schema."""
+    from omegaconf import OmegaConf
+
+    from selector.config import PrecisionConfig
+
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PrecisionConfig), data))
+
+
 def compose_error(e: Exception, dirs: list[Path]) -> str:
     """Hydra's composition error as one line that names where the bad value came from: a config
     file and line ("In 'model/x'", "Error merging 'model/x'") or the command line (an override)."""

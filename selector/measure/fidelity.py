@@ -235,21 +235,20 @@ def load_reference(path: Path) -> Reference | None:
     return Reference(t["ids"], t["logp"], t["rest"])
 
 
-def ensure_reference(cfg: SelectorConfig, tasks: Sequence[Any], device: str, searchpath: Sequence[str]) -> str:
+def ensure_reference(cfg: SelectorConfig, tasks: Sequence[Any], device: str, baseline: dict[str, Any] | None) -> str:
     """Write the baseline's reference file for `cfg`'s model if it is not cached: load the baseline
-    precision here, measure it, free it. Says what it did (a failure is logged, never raised: the
-    variant's own results do not depend on it)."""
+    precision (`baseline`: its config as the sweep's preflight composed it; None when it could not)
+    here, measure it, free it. Says what it did (a failure is logged, never raised: the variant's own
+    results do not depend on it)."""
     import torch
 
-    from selector.compose import precision_by_name
-    from selector.errors import UserError
+    from selector.compose import precision_from_dict
     from selector.precisions import get_backend, load_variant
 
-    try:
-        precision = precision_by_name(cfg.baseline_precision, list(searchpath))
-    except UserError as e:
-        log.warning("fidelity: baseline precision %r cannot be composed (%s); skipped", cfg.baseline_precision, e)
+    if baseline is None:
+        log.warning("fidelity: baseline precision %r could not be composed; skipped", cfg.baseline_precision)
         return f"no fidelity reference: baseline {cfg.baseline_precision} cannot be composed"
+    precision = precision_from_dict(baseline)
     ok, why = get_backend(precision.backend).availability(precision, device)
     if not ok:
         log.warning("fidelity: baseline %s cannot run here (%s); skipped", precision.name, why)

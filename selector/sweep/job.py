@@ -11,17 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from selector.compose import given_keys
+from selector.compose import config_from_dict
 from selector.config import SelectorConfig
+from selector.errors import SweepError
 from selector.logs import setup_logging
 from selector.sweep import preflight
 from selector.sweep.availability import availability
-from selector.serving.knobs import setting_of
-from selector.sweep.jobfiles import bare_record, variant_of
-from selector.sweep.keys import variant_key
-from selector.sweep.state import read_state
+from selector.sweep.jobfiles import bare_record
+from selector.sweep.state import FULL, STATE_FILE, read_state
 from selector.sweep.supervise import run_variant
 from selector.trackers import EvalsetInfo, Tracker, make_tracker
 from selector.records import RunRecord, setting_label
@@ -30,14 +29,23 @@ log = logging.getLogger("selector.sweep.job")
 
 
 def run_job(raw: DictConfig) -> dict[str, Any]:
+    """One variant, as the sweep's preflight planned it (its entry in sweep.json): its config was
+    composed and validated there, its keys computed there."""
     setup_logging()
     hc = HydraConfig.get()
     base = hc.sweep.dir if hc.mode.name == "MULTIRUN" else hc.run.dir
     job_dir = _enter_launch_dir(hc.runtime.cwd, Path(hc.runtime.output_dir), Path(str(base)).is_absolute())
-    cfg = preflight.job_config(OmegaConf.create(raw), dict(hc.runtime.choices), given_keys(list(hc.overrides.task)))
-    tasks, ehash = preflight.load_tasks(cfg)
-    key = variant_key(cfg, ehash)
     state = read_state()
+    overrides = list(hc.overrides.task)
+    entry = state.entry_for(overrides)
+    if entry is None or entry.config is None:
+        raise SweepError(f"job {' '.join(overrides) or '(no overrides)'}: not in the sweep's plan ({STATE_FILE} "
+                         f"under {base}); was the sweep folder changed while it ran?")
+    cfg = config_from_dict(entry.config)
+    if FULL in overrides:
+        cfg.search.stop_early = False
+    tasks, ehash = preflight.load_tasks(cfg)  # the tracker records the eval set as the variant's dataset
+    key, name, setting = entry.key, entry.name, entry.setting
     if cfg.search.seed is None and state.order_seed is not None:
         cfg.search.seed = state.order_seed  # the sweep's item order (selector.sweep.order_seed)
     parent = state.parent_run_id
@@ -46,9 +54,6 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
         cfg.tracker.tracking_uri = state.tracking_uri
     tracker = make_tracker(cfg.tracker, cfg.experiment, cfg.output_dir)
     extra = {"evalset_hash": ehash, "sweep_key": state.sweep_key}
-    # The serving knobs this sweep varies name the variant: two settings are two variants everywhere.
-    setting = setting_of(cfg, state.serving_knobs)
-    name = variant_of(cfg, setting).name
 
     if not cfg.force:
         done = _completed_record(cfg, tracker, parent, key)
@@ -56,14 +61,14 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
             done.variant.setting = setting  # measured under another sweep's label, if any
             return _reuse(done, tracker, parent, name, key, job_dir, tasks)
 
-    ok, why = availability(cfg)
+    ok, why = availability(cfg)  # again: a launcher may run the job on another machine than the preflight's
     tags = {"selector.model": cfg.model.name, "selector.precision": cfg.precision.name,
             **({"selector.setting": setting_label(setting)} if setting else {})}
     child = tracker.start_variant(parent, name, key, tags)
     try:
         if ok:
             record = run_variant(cfg, key, job_dir, extra, is_reference=state.reference == name,
-                                 searchpath=tuple(hc.searchpath), reference_key=state.reference_evaluation_key)
+                                 baseline=entry.baseline, reference_key=state.reference_evaluation_key)
         else:
             record = bare_record(cfg, key, "skipped", why)
             record.config.update(extra)

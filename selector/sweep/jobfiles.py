@@ -44,7 +44,7 @@ class Job:
     key: str
     job_dir: Path
     is_reference: bool = False
-    searchpath: tuple[str, ...] = ()  # the user's config folders (hydra.searchpath), to compose the baseline
+    baseline: dict | None = None  # type: ignore[type-arg]  # the baseline precision's config (for the fidelity reference)
     reference_key: str | None = None  # the reference variant's evaluation key (adaptive non-inferiority)
 
 
@@ -63,7 +63,7 @@ class JobFiles:
 
     def write_job(self, job: Job) -> Path:
         self.job.write_text(json.dumps({"config": job.config, "key": job.key, "job_dir": str(job.job_dir.resolve()),
-                                        "is_reference": job.is_reference, "searchpath": list(job.searchpath),
+                                        "is_reference": job.is_reference, "baseline": job.baseline,
                                         "reference_key": job.reference_key}))
         return self.job
 
@@ -91,4 +91,4 @@ class JobFiles:
 def read_job(path: Path) -> Job:
     spec = json.loads(Path(path).read_text())
     return Job(spec["config"], spec["key"], Path(spec["job_dir"]), bool(spec.get("is_reference")),
-               tuple(spec.get("searchpath", ())), spec.get("reference_key"))
+               spec.get("baseline"), spec.get("reference_key"))

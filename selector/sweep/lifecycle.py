@@ -22,10 +22,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from selector.errors import UserError
-from selector.sweep.state import SearchSummary, SearchVerdict, SweepState, Wave, read_state, write_state
+from selector.sweep.state import FULL, SearchSummary, SearchVerdict, SweepState, Wave, read_state, write_state
 
 log = logging.getLogger("selector.sweep")
-FULL = "search.stop_early=false"  # a job that must see every item (the reference, a baseline as evidence)
 Launch = Callable[[list[list[str]], int], Any]  # a batch of jobs' overrides and the first job's index -> results
 
 last_sweep_dir: Path | None = None  # the folder of the newest sweep this process started (selector.api reads it)

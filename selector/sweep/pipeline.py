@@ -28,8 +28,9 @@ log = logging.getLogger("selector.sweep.pipeline")
 
 class VariantRun:
     def __init__(self, cfg: SelectorConfig, key: str, job_dir: Path, is_reference: bool = False,
-                 searchpath: tuple[str, ...] = (), reference_key: str | None = None) -> None:
-        self.cfg, self.key, self.is_reference, self.searchpath = cfg, key, is_reference, searchpath
+                 baseline: dict[str, Any] | None = None, reference_key: str | None = None) -> None:
+        self.cfg, self.key, self.is_reference = cfg, key, is_reference
+        self.baseline = baseline  # the baseline precision's config, as the sweep's preflight composed it
         self.reference_key = reference_key  # the reference variant's evaluation key (non_inferiority)
         self.files = JobFiles(job_dir)
         self.variant = variant_of(cfg)
@@ -140,7 +141,7 @@ class VariantRun:
             return
         with self.timed("prepare"):
             log.info("preparing %s in a separate process: %s", self.variant.name, "; ".join(reasons))
-            prepared = prepare_in_child(self.cfg, self.searchpath, self.files.dir)
+            prepared = prepare_in_child(self.cfg, self.baseline, self.files.dir)
         self.phases["prepare"] = prepared.peak
         self.record.config["prepared"] = prepared.did
 

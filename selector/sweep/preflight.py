@@ -34,13 +34,17 @@ class PlannedVariant:
     evaluation_key: str = ""
     planned_bytes: float = 0.0  # weight memory the search orders by (plan's estimate)
     setting: dict[str, Any] = field(default_factory=dict)  # the serving knobs the sweep varies (serving.knobs)
+    baseline: Any = None  # the baseline precision's config when the variant wants a fidelity reference
 
     def describe(self) -> PlannedEntry:
         """What the sweep's state keeps of it (sweep.json), for the jobs, the search and the end."""
         from selector.sweep.keys import calibrates
 
+        from selector.config import to_dict
+
         return PlannedEntry(name=self.name, key=self.key, evaluation_key=self.evaluation_key,
-                            overrides=self.overrides, available=self.available, reason=self.reason,
+                            overrides=self.overrides, config=to_dict(self.cfg),
+                            baseline=to_dict(self.baseline) if self.baseline is not None else None, available=self.available, reason=self.reason,
                             model=self.cfg.model.name, precision=self.cfg.precision.name, setting=self.setting,
                             family=self.cfg.model.family, params=int(self.cfg.model.params_b * 1e9),
                             planned_bytes=self.planned_bytes, needs_quantization=calibrates(self.cfg),
@@ -53,15 +57,10 @@ class PlannedVariant:
         return Variant(model=self.cfg.model.name, precision=self.cfg.precision.name, setting=self.setting).name
 
 
-def job_config(job: DictConfig, choices: dict[str, str] | None, given: frozenset[str] = frozenset()) -> SelectorConfig:
-    """One job's validated config, with the floors the sweep applies (see selector.sweep.floors).
-
-    given: the keys set on the command line (error messages say so)."""
-    return job_config_and_notices(job, choices, given)[0]
-
-
 def job_config_and_notices(job: DictConfig, choices: dict[str, str] | None,
                            given: frozenset[str] = frozenset()) -> tuple[SelectorConfig, list[str]]:
+    """One job's validated config, with the floors the sweep applies (see selector.sweep.floors), and
+    the notices about them. given: the keys set on the command line (error messages say so)."""
     plain = OmegaConf.create({k: v for k, v in job.items() if k != "hydra"})
     cfg = validate(plain, choices, given)
     cfg.policy, notices = resolve_policy(cfg, choices, given)
@@ -126,7 +125,9 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     jobs = grid_overrides(config) if multirun else [list(config.hydra.overrides.task)]
     user_dirs = tuple(Path(str(e)[len("file://"):]) for e in OmegaConf.select(config, "hydra.searchpath") or []
                       if str(e).startswith("file://"))
+    searchpath = [str(e) for e in OmegaConf.select(config, "hydra.searchpath") or []]
     planned, choices = [], {}
+    baselines: dict[str, Any] = {}
     notices: list[str] = []
     checked: set[str] = set()
     for overrides in jobs:
@@ -139,7 +140,8 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
         ok, why = availability(cfg)
         planned_bytes, _ = planned_weight_bytes(cfg, planned_device(cfg))
         planned.append(PlannedVariant(cfg, overrides, variant_key(cfg, ehash), ok, why,
-                                      evaluation_key(cfg, ehash), planned_bytes))
+                                      evaluation_key(cfg, ehash), planned_bytes,
+                                      baseline=baseline_precision(cfg, searchpath, baselines)))
     if not planned:
         raise UserError("the sweep has no variants: check hydra.sweeper.params and your overrides")
     from selector.serving.knobs import check_engine_knobs, setting_of, swept_knobs
@@ -155,6 +157,27 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     check_compare_to(planned[0].cfg)
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
+
+
+def baseline_precision(cfg: SelectorConfig, searchpath: list[str], composed: dict[str, Any]) -> Any:
+    """The baseline precision's config (composed once per sweep, from conf/ and the user's folders)
+    when this variant wants a fidelity reference; None otherwise, or when it cannot be composed (the
+    variant then says it has no reference, and its own results stand)."""
+    from selector.compose import precision_by_name
+
+    name = cfg.baseline_precision
+    if not cfg.measure.fidelity or cfg.precision.name == name:
+        return None
+    if name not in composed:
+        try:
+            composed[name] = precision_by_name(name, searchpath)
+        except UserError as e:
+            import logging
+
+            logging.getLogger("selector.sweep.preflight").warning(
+                "fidelity: baseline precision %r cannot be composed (%s); no variant gets a reference", name, e)
+            composed[name] = None
+    return composed[name]
 
 
 def _check_command_line_model(cfg: SelectorConfig, choice: str, checked: set[str]) -> None:

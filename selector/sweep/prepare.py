@@ -64,12 +64,12 @@ def _wants_reference(cfg: SelectorConfig) -> bool:
     return bool(cfg.measure.fidelity) and cfg.precision.name != cfg.baseline_precision
 
 
-def prepare_in_child(cfg: SelectorConfig, searchpath: Sequence[str], job_dir: Path) -> Prepared:
+def prepare_in_child(cfg: SelectorConfig, baseline: dict[str, Any] | None, job_dir: Path) -> Prepared:
     """Run the preparation in a child process and wait for it; raises what the child raised."""
     request = Path(job_dir) / "prepare.request.json"
     result = Path(job_dir) / "prepare.json"
     result.unlink(missing_ok=True)
-    request.write_text(json.dumps({"config": to_dict(cfg), "searchpath": list(searchpath), "result": str(result)}))
+    request.write_text(json.dumps({"config": to_dict(cfg), "baseline": baseline, "result": str(result)}))
     proc = subprocess.run([sys.executable, "-m", "selector.sweep.prepare", str(request)], check=False)
     outcome = json.loads(result.read_text()) if result.exists() else None
     if outcome is None:
@@ -84,7 +84,7 @@ def prepare_in_child(cfg: SelectorConfig, searchpath: Sequence[str], job_dir: Pa
 
 
 # ---- the child's side ---------------------------------------------------------------------------
-def prepare(cfg: SelectorConfig, searchpath: Sequence[str], device: str) -> list[str]:
+def prepare(cfg: SelectorConfig, baseline: dict[str, Any] | None, device: str) -> list[str]:
     """Convert, quantize into the cache, compute the fidelity reference: whatever is missing."""
     from selector import models
     from selector.precisions import get_backend, load_variant
@@ -107,7 +107,7 @@ def prepare(cfg: SelectorConfig, searchpath: Sequence[str], device: str) -> list
 
         # made by the baseline's own run when it ran first: loading the baseline again would only find it
         if not reference_exists(cfg, tasks, load_tokenizer(resolved)):
-            did.append(ensure_reference(cfg, tasks, device, searchpath))
+            did.append(ensure_reference(cfg, tasks, device, baseline))
     return did
 
 
@@ -130,7 +130,7 @@ def main(argv: list[str]) -> int:
     device = "cpu"
     try:
         device = resolve_device(cfg.device)
-        outcome["did"] = prepare(cfg, request["searchpath"], device)
+        outcome["did"] = prepare(cfg, request.get("baseline"), device)
     except Exception as e:  # said to the worker, which records the variant as skipped or failed
         outcome["error"] = {"type": type(e).__name__, "message": str(e)[:4000],
                             "unavailable": isinstance(e, UnavailableError)}

@@ -24,6 +24,8 @@ from selector.paths import SWEEP_STATE_FILE
 STATE_ENV = "SELECTOR_SWEEP_STATE"
 STATE_FILE = SWEEP_STATE_FILE
 SETTING_RESOLVER = "selector.setting_subdir"
+# The override the search adds to a job that must see every item (the reference, a baseline as evidence).
+FULL = "search.stop_early=false"
 
 
 class _Stored(BaseModel):
@@ -32,11 +34,14 @@ class _Stored(BaseModel):
 
 
 class PlannedEntry(_Stored):
-    """One planned variant as the preflight resolved it (selector.sweep.preflight.PlannedVariant)."""
+    """One planned variant as the preflight resolved it (selector.sweep.preflight.PlannedVariant):
+    its job runs on this, composing and validating nothing again."""
     name: str
     key: str = ""
     evaluation_key: str = ""
-    overrides: list[str] = Field(default_factory=list)
+    overrides: list[str] = Field(default_factory=list)  # the job's overrides, as the launcher hands them over
+    config: dict[str, Any] | None = None  # the job's validated config, its policy with the eval set's floors
+    baseline: dict[str, Any] | None = None  # the baseline precision's config, when a fidelity reference is wanted
     available: bool = True
     reason: str = ""
     model: str = ""
@@ -93,6 +98,11 @@ class SweepState(_Stored):
 
     def planned(self) -> dict[str, PlannedEntry]:
         return {v.name: v for v in self.variants}
+
+    def entry_for(self, overrides: list[str]) -> PlannedEntry | None:
+        """The planned variant a job's overrides describe (the search's FULL aside)."""
+        asked = [o for o in overrides if o != FULL]
+        return next((v for v in self.variants if v.overrides == asked), None)
 
     @property
     def adaptive(self) -> bool:

@@ -37,12 +37,13 @@ def record_store(cfg: SelectorConfig) -> Path:
 
 
 def run_variant(cfg: SelectorConfig, key: str, job_dir: Path, extra_config: dict[str, Any],
-                is_reference: bool = False, searchpath: tuple[str, ...] = (), reference_key: str | None = None) -> RunRecord:
+                is_reference: bool = False, baseline: dict[str, Any] | None = None,
+                reference_key: str | None = None) -> RunRecord:
     """Run the variant in its own worker process and return its record (a failed one when the
     worker dies, hangs past the time limit or exits without writing one)."""
     files = JobFiles(job_dir)
     files.clear()
-    spec = files.write_job(Job(to_dict(cfg), key, files.dir, is_reference, searchpath, reference_key))
+    spec = files.write_job(Job(to_dict(cfg), key, files.dir, is_reference, baseline, reference_key))
     proc = subprocess.Popen(
         [sys.executable, "-m", "selector.sweep.worker", str(spec)],
         stdout=subprocess.PIPE,

@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     job = read_job(Path(argv[0]))
     cfg = config_from_dict(job.config)
     limit_memory(cfg.memory_limit_gb)
-    record = VariantRun(cfg, job.key, job.job_dir, job.is_reference, job.searchpath, job.reference_key).run()
+    record = VariantRun(cfg, job.key, job.job_dir, job.is_reference, job.baseline, job.reference_key).run()
     logging.getLogger("selector.sweep.worker").info("variant %s: %s", record.name, record.status)
     return 0
 
