@@ -14,10 +14,12 @@ import difflib
 import re
 import typing
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-from selector.config import CONF_DIR, SelectorConfig, validate, yaml_line
+from selector.config import CONF_DIR, SelectorConfig, validate
 from selector.errors import UserError
+from selector.origin import Origin, file_line
 
 
 def _map_fields(cls: type, prefix: str = "") -> list[str]:
@@ -149,7 +151,14 @@ def compose_raw(overrides: list[str]) -> Any:
 def compose(overrides: list[str]) -> SelectorConfig:
     """The validated config for these overrides, composed the way a sweep composes its first job."""
     plain, choices = compose_raw(overrides)
-    return validate(plain, choices, given_keys(overrides))
+    return validate(plain, origin_of(overrides, choices))
+
+
+def origin_of(overrides: list[str], choices: dict[str, str], dirs: Sequence[Path] | None = None) -> Origin:
+    """Where a job's values came from: its group choices, the keys its overrides set, and the
+    user's config folders (`dirs`, else those its overrides name with hydra.searchpath)."""
+    user_dirs = tuple(dirs) if dirs is not None else tuple(config_dirs(overrides)[1:])
+    return Origin(choices, given_keys(overrides), user_dirs)
 
 
 def given_keys(overrides: list[str]) -> frozenset[str]:
@@ -215,13 +224,6 @@ def compose_grid(overrides: list[str]) -> list[tuple[Any, dict[str, str], list[s
         return jobs
 
 
-def precision_by_name(name: str, searchpath: list[str] | None = None) -> Any:
-    """The precision config `precision=NAME` composes to, from conf/ and the user's config folders
-    (`hydra.searchpath` entries such as "file:///path/to/my_conf")."""
-    extra = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
-    return compose([*extra, f"precision={name}"]).precision
-
-
 RECORDED_POLICY = "_sweep_recorded"
 
 
@@ -274,10 +276,9 @@ def compose_error(e: Exception, dirs: list[Path]) -> str:
     found = re.search(r"(?:In|Error merging) '([\w.-]+)/([\w.-]+)'", text)
     if found and key:
         group, name = found.groups()
-        path = next((d / group / f"{name}.yaml" for d in dirs if (d / group / f"{name}.yaml").exists()), None)
+        path = Origin(dirs=tuple(dirs[1:])).find(group, name)
         if path is not None:
-            line = yaml_line(path, key.split(".")[1:])
-            return f"{path}{f':{line}' if line else ''}: field '{key}': {detail}"
+            return f"{file_line(path, key.split('.')[1:])}: field '{key}': {detail}"
     merging = re.search(r"Error merging override (\S+)", text)
     if merging and not reason:
         value = merging.group(1).lstrip("+~")

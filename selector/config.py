@@ -14,9 +14,9 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from selector.errors import ConfigError
+from selector.origin import Origin
 from selector import resolvers
 from selector.paths import CONF_DIR
-from selector.yaml_lines import yaml_line
 
 
 @dataclass
@@ -285,27 +285,26 @@ register_schema()
 resolvers.register()
 
 
-def validate(cfg: DictConfig, choices: dict[str, str] | None = None, given: frozenset[str] = frozenset()) -> SelectorConfig:
-    """Merge a composed config into the schema; raise ConfigError naming file, line and field.
-
-    given: the dotted keys set on the command line, so an error there says so."""
+def validate(cfg: DictConfig, origin: Origin = Origin()) -> SelectorConfig:
+    """Merge a composed config into the schema; raise ConfigError naming file, line and field
+    (origin: where its values came from)."""
     schema = OmegaConf.structured(SelectorConfig)
     try:
         merged = OmegaConf.merge(schema, cfg)
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", "") or ""
-        raise ConfigError(_locate(key, choices, given), field=key, problem=_first_line(e)) from None
+        raise origin.error(key, _first_line(e)) from None
     assert isinstance(obj, SelectorConfig)
     unknown = _unknown_keys(obj)
     if unknown:
         key, cls = unknown
         known = ", ".join(f.name for f in dataclasses.fields(cls))
-        raise ConfigError(_locate(key, choices, given), field=key, problem=f"unknown key (known in {cls.__name__}: {known})")
+        raise origin.error(key, f"unknown key (known in {cls.__name__}: {known})")
     for key, ok, rule in _RANGES:
         value = _get(obj, key)
         if value is not None and not ok(value):
-            raise ConfigError(_locate(key, choices, given), field=key, problem=f"must be {rule}, got {value!r}")
+            raise origin.error(key, f"must be {rule}, got {value!r}")
     return obj
 
 
@@ -369,26 +368,6 @@ def _unknown_keys(obj: Any, prefix: str = "") -> tuple[str, type] | None:
 
 def _first_line(e: Exception) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-
-
-def _locate(full_key: str, choices: dict[str, str] | None, given: frozenset[str] = frozenset()) -> str:
-    """Best-effort 'conf/<group>/<choice>.yaml:<line>' for a dotted key, or 'command line'."""
-    if full_key in given:
-        return "command line"
-    group, _, rest = full_key.partition(".")
-    if choices and group in choices and choices[group]:
-        path = CONF_DIR / group / f"{choices[group]}.yaml"
-        line = yaml_line(path, rest.split(".") if rest else [])
-        shown = _display(path)
-        return f"{shown}:{line}" if line else f"{shown} (or a command-line override)"
-    return _display(CONF_DIR / "config.yaml")
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

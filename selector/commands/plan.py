@@ -23,8 +23,8 @@ def compose_grid(overrides: list[str]) -> list[SelectorConfig]:
     """Every variant a sweep with these overrides would run, composed as the sweep composes them."""
     from selector import compose
 
-    return [validate(job_cfg, choices, compose.given_keys(job))
-            for job_cfg, choices, job in compose.compose_grid(overrides)]
+    dirs = compose.config_dirs(overrides)[1:]
+    return [validate(job_cfg, compose.origin_of(job, choices, dirs)) for job_cfg, choices, job in compose.compose_grid(overrides)]
 
 
 def default_device(cfg: SelectorConfig, gpu_gib: float | None) -> str:

@@ -7,13 +7,13 @@ Each lives in its own module, imported only when its kind is used.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
-from selector.config import CONF_DIR, ModelConfig, SourceConfig, yaml_line
+from selector.config import ModelConfig, SourceConfig
 from selector.errors import ConfigError
 from selector.models.cache import CacheLayout
 from selector.models.resolved import ResolvedModel
+from selector.origin import Origin
 from selector.registry import Registry, UnknownNameError
 
 SOURCES: Registry[type] = Registry("model source kind")
@@ -51,20 +51,8 @@ class Source(Protocol):
 
 
 def config_error(model_name: str, field: str, problem: str) -> ConfigError:
-    path = CONF_DIR / "model" / f"{model_name}.yaml"
-    if path.is_file():
-        line = yaml_line(path, field.split("."))
-        where = _shown(path) + (f":{line}" if line else "")
-    else:
-        where = f"model '{model_name}'"
-    return ConfigError(where, field=f"model.{field}", problem=problem)
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+    """A ConfigError at `model.<field>` of the model's config file (with its line)."""
+    return Origin({"model": model_name}).error(f"model.{field}", problem)
 
 
 def get_source(ctx: SourceContext) -> Source:

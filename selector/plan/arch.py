@@ -114,12 +114,13 @@ def read_arch(model: ModelConfig, cache_dir: Path) -> ArchFacts | None:
 
 def _config_candidates(model: ModelConfig, cache_dir: Path) -> Iterable[Path]:
     from selector.models.cache import CacheLayout, converted_dir, safe_name
+    from selector.models.sources import config_error
 
     if model.arch_config:
         path = Path(model.arch_config).expanduser()
         path = find_path(path)
         if not path.is_file():
-            raise ConfigError(f"conf/model/{model.name}.yaml", "arch_config", f"{_shown(path)}: no such file")
+            raise config_error(model.name, "arch_config", f"{_shown(path)}: no such file")
         yield path
     src = model.source
     cache = CacheLayout(cache_dir)

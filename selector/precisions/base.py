@@ -31,7 +31,8 @@ from selector.precisions.loading import (  # noqa: F401 (re-exported: backends i
     load_tokenizer,
     torch_dtype,
 )
-from selector.precisions.params import NoParams, Where, parse_params
+from selector.origin import Origin
+from selector.precisions.params import NoParams, parse_params
 from selector.precisions.weights import WeightEstimate
 
 INSTALL_HINT = "pip install 'selector[quant]'"
@@ -49,10 +50,10 @@ class Backend:
     builds_artifact: ClassVar[bool] = False  # quantizes once into the cache (then loads that checkpoint)
 
     # ---- params -------------------------------------------------------------------------------
-    def params(self, precision: PrecisionConfig, where: Where = Where()) -> Any:
+    def params(self, precision: PrecisionConfig, origin: Origin = Origin()) -> Any:
         """The precision's params as this backend's typed dataclass (a ConfigError naming the config
-        file, line and field when they are not). `where` only sharpens that message."""
-        return parse_params(self.Params, precision, self.name, where)
+        file, line and field when they are not). `origin` only sharpens that message."""
+        return parse_params(self.Params, precision, self.name, origin)
 
     def requested_kernel(self, precision: PrecisionConfig) -> str:
         return str(getattr(self.params(precision), "kernel", "auto"))

@@ -22,7 +22,8 @@ from typing import Any, Literal
 from selector.config import PrecisionConfig
 from selector.precisions import artifacts, calibrated, cpu_fixes, groups, kernels, weights
 from selector.precisions.base import Backend, LoadContext, LoadedModel, torch_dtype
-from selector.precisions.params import Where, param_error
+from selector.origin import Origin
+from selector.precisions.params import param_error
 
 BITS = (4, 8)
 METHODS = ("gptq", "awq")
@@ -55,12 +56,12 @@ class LlmCompressorBackend(Backend):
     calibrates = True
     builds_artifact = True
 
-    def params(self, precision: PrecisionConfig, where: Where = Where()) -> Any:
-        params = super().params(precision, where)
+    def params(self, precision: PrecisionConfig, origin: Origin = Origin()) -> Any:
+        params = super().params(precision, origin)
         other = {"gptq": ("duo_scaling",), "awq": ("block_size", "dampening_frac", "actorder")}.get(str(precision.method), ())
         wrong = [k for k in other if getattr(params, k) is not None]
         if wrong:
-            raise param_error(precision, wrong[0], f"does not apply to method {precision.method}", where)
+            raise param_error(precision, wrong[0], f"does not apply to method {precision.method}", origin)
         return params
 
     def unsupported(self, precision: PrecisionConfig, device: str) -> str:

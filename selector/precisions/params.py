@@ -12,11 +12,11 @@ import dataclasses
 import difflib
 import types
 import typing
-from pathlib import Path
 from typing import Any, Literal
 
-from selector.config import CONF_DIR, PrecisionConfig, yaml_line
+from selector.config import PrecisionConfig
 from selector.errors import ConfigError
+from selector.origin import Origin
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,16 +24,7 @@ class NoParams:
     """A backend that takes no params."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Where:
-    """Where a precision config came from, for error messages."""
-
-    file_stem: str | None = None  # the config file's name when it differs from `precision.name`
-    given: frozenset[str] = frozenset()  # dotted keys set on the command line (their errors say so)
-    dirs: tuple[Path, ...] = ()  # the user's config folders (hydra.searchpath), searched after conf/
-
-
-def parse_params(cls: type, precision: PrecisionConfig, backend: str, where: Where = Where()) -> Any:
+def parse_params(cls: type, precision: PrecisionConfig, backend: str, origin: Origin = Origin()) -> Any:
     """`precision.params` as an instance of the dataclass `cls`, or a ConfigError saying what is wrong."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
@@ -44,10 +35,10 @@ def parse_params(cls: type, precision: PrecisionConfig, backend: str, where: Whe
             hint = f" Did you mean '{close[0]}'?" if close else ""
             known = ", ".join(fields) or "none"
             raise param_error(precision, key, f"backend {backend} has no param '{key}'.{hint} Known params: {known}.",
-                              where)
+                              origin)
         wanted = hints[key]
         if not accepts(wanted, value):
-            raise param_error(precision, key, f"must be {describe(wanted)}, got {value!r}", where)
+            raise param_error(precision, key, f"must be {describe(wanted)}, got {value!r}", origin)
     return cls(**{k: _plain(v) for k, v in raw.items()})
 
 
@@ -95,14 +86,6 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def param_error(precision: PrecisionConfig, key: str, problem: str, where: Where = Where()) -> ConfigError:
+def param_error(precision: PrecisionConfig, key: str, problem: str, origin: Origin = Origin()) -> ConfigError:
     """A ConfigError at `params.<key>` of the precision's config file (with its line), or the command line."""
-    field = f"params.{key}" if key else "params"
-    if f"precision.{field}" in where.given or "precision.params" in where.given:
-        return ConfigError("command line", f"precision.{field}", problem)
-    stem = where.file_stem or precision.name
-    found = [d / "precision" / f"{stem}.yaml" for d in (CONF_DIR, *where.dirs)]
-    path = next((p for p in found if p.is_file()), None)
-    shown = f"conf/precision/{stem}.yaml" if path is None or path.parent.parent == CONF_DIR else str(path)
-    line = yaml_line(path, field.split(".")) if path is not None else None
-    return ConfigError(shown + (f":{line}" if line else ""), field, problem)
+    return origin.error(f"precision.params.{key}" if key else "precision.params", problem, stem=precision.name)

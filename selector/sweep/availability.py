@@ -9,6 +9,7 @@ from pathlib import Path
 
 from selector.config import SelectorConfig
 from selector.errors import ConfigError
+from selector.origin import Origin
 
 
 @functools.lru_cache(maxsize=1)
@@ -24,20 +25,17 @@ def planned_device(cfg: SelectorConfig) -> str:
     return "cuda" if wants_cuda else "cpu"
 
 
-def check_precision(cfg: SelectorConfig, choices: dict[str, str] | None = None,
-                    given: frozenset[str] = frozenset(), dirs: tuple[Path, ...] = ()) -> None:
+def check_precision(cfg: SelectorConfig, origin: Origin = Origin()) -> None:
     """The precision names a registered backend and gives it params it takes; a ConfigError naming
-    conf/precision/<name>.yaml, the line and the field otherwise (before anything loads).
-    dirs: the user's config folders (hydra.searchpath), where the precision file may live."""
+    its config file (packaged or in a user's folder), the line and the field otherwise (before
+    anything loads)."""
     from selector.precisions import get_backend
-    from selector.precisions.params import Where
 
-    stem = (choices or {}).get("precision") or cfg.precision.name
     try:
         backend = get_backend(cfg.precision.backend)
     except KeyError as e:
-        raise ConfigError(f"conf/precision/{stem}.yaml", "backend", str(e)) from None
-    backend.params(cfg.precision, Where(stem, given, dirs))
+        raise origin.error("precision.backend", str(e), stem=cfg.precision.name) from None
+    backend.params(cfg.precision, origin)
 
 
 def availability(cfg: SelectorConfig, device: str | None = None) -> tuple[bool, str]:

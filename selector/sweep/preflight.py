@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from selector.config import SelectorConfig, validate
 from selector.errors import ConfigError, UserError
 from selector.models import adhoc
+from selector.origin import Origin
 from selector.plan.estimate import planned_weight_bytes
 from selector.sweep.availability import availability, check_precision, planned_device
 from selector.sweep.keys import evaluation_key, sweep_key, variant_key
@@ -57,51 +58,39 @@ class PlannedVariant:
         return Variant(model=self.cfg.model.name, precision=self.cfg.precision.name, setting=self.setting).name
 
 
-def job_config_and_notices(job: DictConfig, choices: dict[str, str] | None,
-                           given: frozenset[str] = frozenset()) -> tuple[SelectorConfig, list[str]]:
+def job_config_and_notices(job: DictConfig, origin: Origin) -> tuple[SelectorConfig, list[str]]:
     """One job's validated config, with the floors the sweep applies (see selector.sweep.floors), and
-    the notices about them. given: the keys set on the command line (error messages say so)."""
+    the notices about them. origin: where its values came from (errors name it)."""
     plain = OmegaConf.create({k: v for k, v in job.items() if k != "hydra"})
-    cfg = validate(plain, choices, given)
-    cfg.policy, notices = resolve_policy(cfg, choices, given)
+    cfg = validate(plain, origin)
+    cfg.policy, notices = resolve_policy(cfg, origin)
     return cfg, notices
 
 
-def resolve_policy(cfg: SelectorConfig, choices: dict[str, str] | None,
-                   given: frozenset[str] = frozenset()) -> tuple[Any, list[str]]:
+def resolve_policy(cfg: SelectorConfig, origin: Origin) -> tuple[Any, list[str]]:
     """The eval set's own floors beneath the sweep's; floors naming no task of the eval set refused."""
     from selector.sweep.floors import check_floor_tasks
     from selector.tasks.evalset_policy import read_evalset_policy
     from selector.tasks.loader import locate_evalset
 
-    _validate_policy(cfg, choices, given)
+    _validate_policy(cfg, origin)
     folder = locate_evalset(cfg.evalset.path)
     run_tasks = [t.name for t in load_tasks(cfg)[0]]
     all_tasks = run_tasks if cfg.evalset.tasks is None else [t.name for t in _evalset(cfg.evalset.path, None, 1)[0]]
-    policy_file = f"conf/policy/{(choices or {}).get('policy', 'default')}.yaml"
-
     def where(task: str) -> str:
-        return "command line" if f"policy.floors.{task}" in given or "policy.floors" in given else policy_file
+        return origin.where(f"policy.floors.{task}")
 
     return check_floor_tasks(cfg.policy, read_evalset_policy(folder), run_tasks, all_tasks, where, str(cfg.evalset.path))
 
 
-def _validate_policy(cfg: SelectorConfig, choices: dict[str, str] | None, given: frozenset[str]) -> None:
+def _validate_policy(cfg: SelectorConfig, origin: Origin) -> None:
     """A policy that cannot be applied stops the sweep now, naming where the bad value came from."""
-    from selector.config import CONF_DIR, yaml_line
     from selector.selection.checks import validate_policy
 
-    choice = (choices or {}).get("policy")
     try:
         validate_policy(cfg.policy)
     except ConfigError as e:
-        key = f"policy.{e.field}"
-        if key in given or "policy.floors" in given and e.field.startswith("floors."):
-            raise ConfigError("command line", key, e.problem) from None
-        path = CONF_DIR / "policy" / f"{choice}.yaml" if choice else None
-        line = yaml_line(path, e.field.split(".")) if path else None
-        where = f"conf/policy/{choice}.yaml" + (f":{line}" if line else "") if choice else "policy"
-        raise ConfigError(where, key, e.problem) from None
+        raise origin.error(f"policy.{e.field}", e.problem) from None
 
 
 @functools.lru_cache(maxsize=8)
@@ -119,21 +108,22 @@ def load_tasks(cfg: SelectorConfig) -> tuple[Any, str]:
 
 def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]:
     """Compose and check every job of the sweep; return them with the sweep's key."""
-    from selector.compose import compose_job, given_keys, grid_overrides
+    from selector.compose import compose_job, given_keys, grid_overrides, origin_of
     from selector.config import to_dict
 
     jobs = grid_overrides(config) if multirun else [list(config.hydra.overrides.task)]
     user_dirs = tuple(Path(str(e)[len("file://"):]) for e in OmegaConf.select(config, "hydra.searchpath") or []
                       if str(e).startswith("file://"))
-    searchpath = [str(e) for e in OmegaConf.select(config, "hydra.searchpath") or []]
+    origins: list[Origin] = []
     planned, choices = [], {}
     baselines: dict[str, Any] = {}
     notices: list[str] = []
     checked: set[str] = set()
     for overrides in jobs:
         job, choices = compose_job(config, overrides) if multirun else (config, dict(config.hydra.runtime.choices))
-        cfg, found = job_config_and_notices(job, choices, given_keys(overrides))
-        check_precision(cfg, choices, given_keys(overrides), user_dirs)  # a bad precision param stops the sweep here
+        origins.append(origin_of(overrides, choices, user_dirs))
+        cfg, found = job_config_and_notices(job, origins[-1])
+        check_precision(cfg, origins[-1])  # a bad precision param stops the sweep here
         notices = notices or found
         _check_command_line_model(cfg, choices.get("model", ""), checked)
         _, ehash = load_tasks(cfg)
@@ -141,7 +131,7 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
         planned_bytes, _ = planned_weight_bytes(cfg, planned_device(cfg))
         planned.append(PlannedVariant(cfg, overrides, variant_key(cfg, ehash), ok, why,
                                       evaluation_key(cfg, ehash), planned_bytes,
-                                      baseline=baseline_precision(cfg, searchpath, baselines)))
+                                      baseline=baseline_precision(cfg, config, baselines)))
     if not planned:
         raise UserError("the sweep has no variants: check hydra.sweeper.params and your overrides")
     from selector.serving.knobs import check_engine_knobs, setting_of, swept_knobs
@@ -151,27 +141,29 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
         check_engine_knobs(p.cfg, given_keys(p.overrides), knobs)
         p.setting = setting_of(p.cfg, knobs)
     adhoc.check_distinct_names(planned)
-    check_reference(planned, choices, given_keys(jobs[0]) if jobs else frozenset())
+    check_reference(planned, origins[0])
     policy_notices(planned[0].cfg, notices)
-    check_engine_and_load(planned[0].cfg, choices)
+    check_engine_and_load(planned[0].cfg, origins[0])
     check_compare_to(planned[0].cfg)
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
 
 
-def baseline_precision(cfg: SelectorConfig, searchpath: list[str], composed: dict[str, Any]) -> Any:
-    """The baseline precision's config (composed once per sweep, from conf/ and the user's folders)
-    when this variant wants a fidelity reference; None otherwise, or when it cannot be composed (the
-    variant then says it has no reference, and its own results stand)."""
-    from selector.compose import precision_by_name
+def baseline_precision(cfg: SelectorConfig, config: DictConfig, composed: dict[str, Any]) -> Any:
+    """The baseline precision's config (composed once per sweep, from conf/ and the user's folders,
+    as Hydra composes `precision=NAME` under this sweep) when this variant wants a fidelity
+    reference; None otherwise, or when it cannot be composed (the variant then says it has no
+    reference, and its own results stand)."""
+    from selector.compose import compose_job, precision_from_dict
 
     name = cfg.baseline_precision
     if not cfg.measure.fidelity or cfg.precision.name == name:
         return None
     if name not in composed:
         try:
-            composed[name] = precision_by_name(name, searchpath)
-        except UserError as e:
+            job, _ = compose_job(config, [f"precision={name}"])
+            composed[name] = precision_from_dict(OmegaConf.to_container(job.precision, resolve=True))  # type: ignore[arg-type]
+        except Exception as e:  # a broken baseline file costs the reference, not the sweep
             import logging
 
             logging.getLogger("selector.sweep.preflight").warning(
@@ -220,17 +212,16 @@ def policy_notices(cfg: SelectorConfig, notices: list[str]) -> list[str]:
 ENGINES = ("hf", "openai")
 
 
-def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
+def check_engine_and_load(cfg: SelectorConfig, origin: Origin) -> None:
     """Engine and load-test settings are checked now, not after every variant's evaluation."""
     if cfg.engine.kind not in ENGINES:
-        where = f"conf/engine/{choices.get('engine', 'hf')}.yaml"
-        raise ConfigError(where, "engine.kind", f"unknown engine {cfg.engine.kind!r}; choose one of {', '.join(ENGINES)}")
+        raise origin.error("engine.kind", f"unknown engine {cfg.engine.kind!r}; choose one of {', '.join(ENGINES)}")
     from selector.engines.fast import compile_setting
 
     compile_setting(cfg.engine.compile)  # a typo stops the sweep now, not each variant after its evaluation
     if cfg.engine.kind == "openai" and not (cfg.engine.base_url or cfg.engine.server_command or cfg.engine.server):
-        raise ConfigError(f"conf/engine/{choices.get('engine', 'openai')}.yaml", "engine.base_url",
-                          "engine=openai needs base_url (attach to a running server) or server_command (start one per variant)")
+        raise origin.error("engine.base_url", "engine=openai needs base_url (attach to a running server) or "
+                           "server_command (start one per variant)")
     if cfg.engine.server == "vllm":
         from selector.serving.vllm import check_args, check_harness_flags, python_for
 
@@ -250,25 +241,16 @@ def check_engine_and_load(cfg: SelectorConfig, choices: dict[str, str]) -> None:
             levels_of(load)
 
 
-def check_reference(planned: list[PlannedVariant], choices: dict[str, str] | None,
-                    given: frozenset[str] = frozenset()) -> None:
+def check_reference(planned: list[PlannedVariant], origin: Origin) -> None:
     """non_inferiority compares every variant with the reference: a sweep with no other variant
     that can run has nothing to compare, and would recommend the reference by default."""
-    from selector.config import CONF_DIR, yaml_line
-
     cfg = planned[0].cfg
     runnable = [p.name for p in planned if p.available]
     if cfg.policy.rule != "non_inferiority" or len(runnable) != 1:
         return
-    choice = (choices or {}).get("policy")
-    if "policy.rule" in given or not choice:
-        where = "command line"
-    else:
-        line = yaml_line(CONF_DIR / "policy" / f"{choice}.yaml", ["rule"])
-        where = f"conf/policy/{choice}.yaml" + (f":{line}" if line else "")
-    raise ConfigError(where, "policy.rule", f"non_inferiority compares each variant with the reference (the largest "
-                      f"model at its highest precision), but {runnable[0]} is the only variant of this sweep that can "
-                      "run: add another (e.g. precision=bf16,int8) or use rule=point")
+    raise origin.error("policy.rule", f"non_inferiority compares each variant with the reference (the largest "
+                       f"model at its highest precision), but {runnable[0]} is the only variant of this sweep that "
+                       "can run: add another (e.g. precision=bf16,int8) or use rule=point")
 
 
 def check_compare_to(cfg: SelectorConfig) -> None:

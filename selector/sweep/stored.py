@@ -18,7 +18,7 @@ from selector.config import SelectorConfig
 from selector.errors import ConfigError, UserError
 from selector.report.compare import Side
 from selector.records import RunRecord
-from selector.sweep.state import SweepState, read_state
+from selector.sweep.state import SweepState, has_state, read_state
 from selector.verdicts import Selection
 
 log = logging.getLogger("selector.sweep.stored")
@@ -63,7 +63,8 @@ def from_folder(source: Path) -> StoredSweep:
     records = gather_records(source) or [RunRecord.load(p) for p in sorted(source.glob("*.json"))]
     state = read_state(source)
     if not records:
-        raise UserError(f"{source}: a sweep folder without variant records (record.json): did it run?" if state else
+        raise UserError(f"{source}: a sweep folder without variant records (record.json): did it run?"
+                        if has_state(source) else
                         f"{source}: not a sweep folder (no sweep.json and no record.json under it)")
     config = state.config
     report = source / "report" / "report.json"

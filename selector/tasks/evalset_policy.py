@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from selector.config import yaml_line
+from selector.yaml_lines import yaml_line
 from selector.errors import EvalsetError
 
 POLICY_FILE = "policy.yaml"

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import yaml
 from jinja2 import Template, TemplateSyntaxError
 
-from selector.config import yaml_line
+from selector.yaml_lines import yaml_line
 from selector.errors import EvalsetError
 from selector.tasks import templates
 from selector.tasks.data import SUFFIXES

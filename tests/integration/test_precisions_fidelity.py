@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from selector.compose import precision_by_name
+from selector.compose import compose
 from selector.config import CalibrationConfig, ModelConfig, SelectorConfig, SourceConfig, to_dict
 from selector.measure.fidelity import (
     PROBE_POSITIONS,
@@ -93,7 +93,7 @@ def test_a_variant_without_a_probe_file_gets_it_from_ensure_reference(setup) -> 
         f.unlink()
     assert not reference_exists(int8_cfg, tasks, loaded.tokenizer)
     assert measure_fidelity(loaded, tasks, int8_cfg) is None  # no second model in the variant's process
-    said = ensure_reference(int8_cfg, tasks, "cpu", to_dict(precision_by_name("bf16")))
+    said = ensure_reference(int8_cfg, tasks, "cpu", to_dict(compose(["precision=bf16"]).precision))
     assert said.startswith("fidelity reference of tiny/bf16 in tiny-")
     assert reference_exists(int8_cfg, tasks, loaded.tokenizer) and len(fidelity_files(root)) == 1
     without_file = measure_fidelity(loaded, tasks, int8_cfg)

@@ -160,7 +160,7 @@ def test_config_json_in_a_local_folder_and_a_missing_arch_config(tmp_path: Path)
     missing = ModelConfig(name="x", source=SourceConfig(kind="hub", repo_id="a/b"), arch_config="conf/arch/nope.json")
     with pytest.raises(ConfigError) as err:
         read_arch(missing, tmp_path / "cache")
-    assert err.value.field == "arch_config" and "nope.json" in str(err.value)
+    assert err.value.field == "model.arch_config" and "nope.json" in str(err.value)
 
 
 def test_unusable_config_names_the_missing_field() -> None:

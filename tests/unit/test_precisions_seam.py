@@ -89,7 +89,7 @@ def test_its_params_are_typed_and_checked_in_preflight(half: str, tiny: Path) ->
     check_precision(config(tiny, half, mode="fast"))
     with pytest.raises(ConfigError) as err:
         check_precision(config(tiny, half, mode="quick"))
-    assert err.value.field == "params.mode" and "one of 'fast', 'slow'" in err.value.problem
+    assert err.value.field == "precision.params.mode" and "one of 'fast', 'slow'" in err.value.problem
     with pytest.raises(ConfigError, match="backend half has no param 'group_size'"):
         check_precision(config(tiny, half, group_size=64))
 

@@ -43,3 +43,28 @@ def test_relative_paths_mean_the_working_directory_first_then_the_package(tmp_pa
     (tmp_path / "conf" / "arch" / "qwen2.5-7b.json").write_text("{}")
     assert find_path("conf/arch/qwen2.5-7b.json") == Path("conf/arch/qwen2.5-7b.json")  # the user's own wins
     assert find_path("no/such/thing") == Path("no/such/thing")  # reported under the name the user wrote
+
+
+def test_a_bad_value_in_a_users_folder_names_that_file_and_line(tmp_path: Path) -> None:
+    """The schema's checks (ranges, unknown keys) and the policy's name the file the value is in,
+    whether packaged or the user's, and the command line when it came from there."""
+    from selector.compose import compose_raw, origin_of
+    from selector.errors import ConfigError
+    from selector.sweep.preflight import job_config_and_notices
+
+    conf = _folder(tmp_path)
+    (conf / "engine").mkdir()
+    (conf / "engine" / "wide.yaml").write_text("kind: hf\n# one batch at a time is the minimum\nbatch_size: 0\n")
+    (conf / "policy" / "impossible.yaml").write_text("rule: point\nfloors:\n  sentiment: 1.5\n")
+    search = f"hydra.searchpath=[file://{conf}]"
+    with pytest.raises(ConfigError) as err:
+        compose([search, "engine=wide"])
+    assert (err.value.where, err.value.field) == (f"{conf / 'engine' / 'wide.yaml'}:3", "engine.batch_size")
+    with pytest.raises(ConfigError) as err:
+        compose([search, "engine=wide", "engine.batch_size=-1"])
+    assert (err.value.where, err.value.field) == ("command line", "engine.batch_size")
+    overrides = [search, "policy=impossible"]
+    job, choices = compose_raw(overrides)
+    with pytest.raises(ConfigError) as err:
+        job_config_and_notices(job, origin_of(overrides, choices))
+    assert (err.value.where, err.value.field) == (f"{conf / 'policy' / 'impossible.yaml'}:3", "policy.floors.sentiment")

@@ -16,7 +16,7 @@ import yaml
 from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
-from selector.config import yaml_line
+from selector.yaml_lines import yaml_line
 from selector.errors import EvalsetError
 from selector.tasks.data import read_rows
 
