@@ -17,7 +17,8 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
-from selector.config import CONF_DIR, SelectorConfig, validate
+from selector.config import CONF_DIR, SelectorConfig
+from selector.validate import validate
 from selector.errors import UserError
 from selector.origin import Origin, file_line
 

@@ -1,20 +1,16 @@
 """Config schemas. Hydra composes YAML from selector/conf/ (and the user's hydra.searchpath);
-`validate` merges the result into these dataclasses, so an unknown key or a wrong type is caught
-before any model loads, with the file and line it came from. No heavy imports here.
+selector.validate merges the result into these dataclasses, so an unknown key or a wrong type is
+caught before any model loads, with the file and line it came from. No heavy imports here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import MISSING, OmegaConf
 
-from selector.errors import ConfigError
-from selector.origin import Origin
 from selector import resolvers
 from selector.paths import CONF_DIR
 
@@ -283,91 +279,6 @@ def register_schema() -> None:
 
 register_schema()
 resolvers.register()
-
-
-def validate(cfg: DictConfig, origin: Origin = Origin()) -> SelectorConfig:
-    """Merge a composed config into the schema; raise ConfigError naming file, line and field
-    (origin: where its values came from)."""
-    schema = OmegaConf.structured(SelectorConfig)
-    try:
-        merged = OmegaConf.merge(schema, cfg)
-        obj = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", "") or ""
-        raise origin.error(key, _first_line(e)) from None
-    assert isinstance(obj, SelectorConfig)
-    unknown = _unknown_keys(obj)
-    if unknown:
-        key, cls = unknown
-        known = ", ".join(f.name for f in dataclasses.fields(cls))
-        raise origin.error(key, f"unknown key (known in {cls.__name__}: {known})")
-    for key, ok, rule in _RANGES:
-        value = _get(obj, key)
-        if value is not None and not ok(value):
-            raise origin.error(key, f"must be {rule}, got {value!r}")
-    return obj
-
-
-# Numbers the schema's types cannot restrict: (field, test, what it must be). Checked before anything loads.
-_RANGES: tuple[tuple[str, Any, str], ...] = (
-    ("threads", lambda v: v >= 1, "a positive number of threads (or null for all cores)"),
-    ("time_limit_s", lambda v: v > 0, "a positive number of seconds (or null for no limit)"),
-    ("memory_limit_gb", lambda v: v > 0, "a positive number of GB (or null for no limit)"),
-    ("engine.batch_size", lambda v: v >= 1, "at least 1"),
-    ("engine.max_batch_tokens", lambda v: v >= 1, "at least 1"),
-    ("engine.server", lambda v: v == "vllm", "vllm or null"),
-    ("engine.vllm.kv_cache_gib", lambda v: v > 0, "a positive number of GiB"),
-    ("engine.vllm.max_num_seqs", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
-    ("engine.vllm.max_num_batched_tokens", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
-    ("engine.vllm.max_model_len", lambda v: v >= 1, "at least 1 (or null for the model's own)"),
-    ("evalset.limit", lambda v: v >= 1, "at least 1 item per task (or null for all)"),
-    ("calibration.num_samples", lambda v: v >= 1, "at least 1"),
-    ("calibration.seq_len", lambda v: v >= 1, "at least 1"),
-    ("measure.latency.repeats", lambda v: v >= 1, "at least 1"),
-    ("measure.latency.warmup", lambda v: v >= 0, "0 or more"),
-    ("measure.latency.new_tokens", lambda v: v >= 1, "at least 1"),
-    ("measure.throughput.repeats", lambda v: v >= 1, "at least 1"),
-    ("measure.throughput.new_tokens", lambda v: v >= 1, "at least 1"),
-    ("measure.noise_floor.repeats", lambda v: v >= 0, "0 or more"),
-    ("search.strategy", lambda v: v in ("adaptive", "grid"), "adaptive or grid (search=adaptive|grid)"),
-    ("search.alpha", lambda v: 0 < v < 0.5, "a probability strictly between 0 and 0.5"),
-    ("search.round_size", lambda v: v >= 1, "at least 1 item"),
-    ("search.prune_margin", lambda v: v >= 0, "0 or more (a fraction: 0.05 = 5%)"),
-    ("search.workers", lambda v: v >= 1, "at least 1 (or null: as many as the launcher runs at once)"),
-    ("measure.load.time_scale", lambda v: v > 0, "a positive factor (0.5 replays twice as fast)"),
-    ("measure.load.capacity_start_rps", lambda v: v > 0, "a positive rate in requests/s"),
-    ("measure.load.capacity_min_rps", lambda v: v > 0, "a positive rate in requests/s"),
-    ("measure.load.capacity_tolerance", lambda v: 0 < v < 1, "a fraction strictly between 0 and 1"),
-    ("measure.load.capacity_confidence", lambda v: 0.5 <= v < 1, "a probability in [0.5, 1)"),
-    ("measure.load.capacity_max_steps", lambda v: v >= 2, "at least 2"),
-    ("policy.traffic_rps", lambda v: v > 0, "a positive rate in requests/s"),
-    ("policy.cost_per_hour", lambda v: v > 0, "a positive price per machine-hour"),
-)
-
-
-def _get(obj: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _unknown_keys(obj: Any, prefix: str = "") -> tuple[str, type] | None:
-    """The first key a dataclass node carries beyond its fields ('+key=value' lets Hydra add one)."""
-    names = {f.name for f in dataclasses.fields(obj)}
-    for key in vars(obj):
-        if key not in names:
-            return f"{prefix}{key}", type(obj)
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value):
-            found = _unknown_keys(value, f"{prefix}{f.name}.")
-            if found:
-                return found
-    return None
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -11,7 +11,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from selector.config import SelectorConfig, validate
+from selector.config import SelectorConfig
+from selector.validate import validate
 from selector.errors import UserError
 from selector.plan.arch import read_arch
 from selector.plan.estimate import GIB, PlanRow, estimate_weights, plan_row

@@ -15,7 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from selector.config import SelectorConfig, validate
+from selector.config import SelectorConfig
+from selector.validate import validate
 from selector.errors import ConfigError, UserError
 from selector.models import adhoc
 from selector.origin import Origin
