@@ -6,7 +6,6 @@ caught before any model loads, with the file and line it came from. No heavy imp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import MISSING, OmegaConf
