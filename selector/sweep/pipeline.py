@@ -11,7 +11,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from selector.config import SelectorConfig, to_dict
 from selector.errors import UnavailableError
@@ -105,7 +105,7 @@ class VariantRun:
         self.decision = evaluation.decide_from_store(self.stopper, order, {t.name: self.store.load(t.name) for t in tasks},
                                                      self.reference, cfg.search.round_size)
         if self.decision is not None:  # the items already scored settle it: no model needs to load
-            self._evaluate(None, tasks)
+            self.evaluate(None, tasks)
             return
         self._prepare(backend, device, tasks)
         _import_runtime(backend)  # so the runtime figure holds the libraries, and the load phase only the model
@@ -118,7 +118,9 @@ class VariantRun:
         self.meter.start()  # from here on: serving it
         with CpuShare() as share:  # another busy process on the machine slows every figure down
             if cfg.engine.kind == "openai":
-                self._run_served(resolved, loaded, tasks, device)
+                from selector.sweep.served_run import run_served
+
+                run_served(self, resolved, loaded, tasks, device)
             else:
                 self._run_inprocess(resolved, loaded, tasks, device)
         self.record.environment["machine_load"] = share.as_dict()
@@ -170,19 +172,22 @@ class VariantRun:
         engine = HFEngine(loaded.model, loaded.tokenizer, cfg.engine.batch_size, cfg.engine.max_batch_tokens,
                           compile=cfg.engine.compile)
         with self.timed("evaluate"):
-            self._evaluate(engine, tasks)
+            self.evaluate(engine, tasks)
         if self.decision is not None:  # stopped early: what it weighs, and nothing else to measure
             if cfg.measure.fidelity and cfg.precision.name == cfg.baseline_precision:
                 with self.timed("fidelity"):  # but a baseline still leaves its siblings their reference
-                    self._fidelity(loaded, tasks)
-            self._measure_memory(resolved, loaded, device)
+                    self.fidelity_pass(loaded, tasks)
+            self.record_memory(resolved, loaded, device)
             return
         if self.is_reference and cfg.measure.noise_floor.repeats > 0:
             with self.timed("noise_floor"):
-                self._noise_floor(loaded, tasks)
+                spread = evaluation.noise_floor(loaded, tasks, cfg, {n: r.value for n, r in self.record.tasks.items()})
+                self.record.config["noise_floor"] = spread
+                log.info("noise floor of %s over %d re-evaluations: %s", self.variant.name,
+                         cfg.measure.noise_floor.repeats, spread)
         if cfg.measure.fidelity:
             with self.timed("fidelity"):
-                self._fidelity(loaded, tasks)
+                self.fidelity_pass(loaded, tasks)
         with self.timed("measure"):
             perf = PerfResult(device=device)
             if cfg.measure.latency.enabled:
@@ -200,98 +205,9 @@ class VariantRun:
 
                 perf.capacity = run_inprocess_capacity(loaded.model, loaded.tokenizer, tasks, cfg)
             self.record.perf = perf
-            self._measure_memory(resolved, loaded, device)
+            self.record_memory(resolved, loaded, device)
 
-    def _run_served(self, resolved, loaded, tasks, device: str) -> None:  # type: ignore[no-untyped-def]
-        """engine=openai: the variant's own server is what gets evaluated and load-tested. What
-        only the in-process copy can tell (fidelity, weight memory) is taken first, then that copy
-        is freed so the server has the memory and the device to itself."""
-        from contextlib import ExitStack
-
-        from selector.measure.traffic import run_server_load
-        from selector.measure.memory import server_peak
-        from selector.serving.session import release_model, served_engine, serving_checkpoint
-
-        cfg = self.cfg
-        checkpoint = serving_checkpoint(loaded, resolved, cfg.precision)
-        if cfg.measure.fidelity:
-            with self.timed("fidelity"):
-                self._fidelity(loaded, tasks)
-        self.meter = None  # what serves it is the server: its processes' peak, read below
-        self._measure_memory(resolved, loaded, device)
-        in_process = None
-        if cfg.engine.compare_in_process:
-            with self.timed("evaluate_in_process"):
-                in_process = self._evaluate_in_process(loaded, tasks)
-        release_model(loaded)
-        with ExitStack() as server:  # stopped on the way out, whatever happens inside
-            with self.timed("load"):  # the server loads the checkpoint
-                t0 = time.perf_counter()
-                served = server.enter_context(served_engine(
-                    cfg.engine, model_path=checkpoint, dtype=cfg.precision.dtype, log_dir=self.files.dir,
-                    threads=cfg.threads))
-                if cfg.engine.server == "vllm":
-                    from selector.serving.vllm import serving_info
-
-                    self.record.serving = serving_info(served.server, time.perf_counter() - t0)
-            try:
-                with self.timed("evaluate"):
-                    self._evaluate(served.engine, tasks)
-                if in_process is not None:
-                    self._compare_engines(*in_process)
-                if self.decision is not None:
-                    return
-                with self.timed("measure"):
-                    self.record.perf = PerfResult(device=device)
-                    if cfg.measure.load.enabled:
-                        self.record.perf.load = run_server_load(served, tasks, cfg)
-                        if served.server is not None:  # its levels stay in the record; the variant fails
-                            failed = [lv for lv in self.record.perf.load if lv.errors]
-                            at = (f"the load test (first failed level: {_level_name(failed[0])}, "
-                                  f"{failed[0].errors} of {failed[0].requests} requests failed)"
-                                  if failed else "the load test")
-                            served.server.check_alive(at)
-                    if cfg.measure.load.capacity:  # on the same running server, after the ladder
-                        from selector.measure.traffic import run_server_capacity
-
-                        self.record.perf.capacity = run_server_capacity(served, tasks, cfg)
-            finally:
-                if self.record.memory is not None:
-                    self.record.memory.serving = server_peak(served.processes())
-
-    def _evaluate_in_process(self, loaded, tasks):  # type: ignore[no-untyped-def]
-        """Every item through transformers in-process (engine=hf's defaults), for the comparison
-        with the served answers; its samples are kept beside the served ones."""
-        from selector.engines.hf import HFEngine
-        from selector.tasks import evaluate_task
-
-        engine = HFEngine(loaded.model, loaded.tokenizer, 8, self.cfg.engine.max_batch_tokens)
-        results, samples = {}, []
-        for task in tasks:
-            results[task.name], got = evaluate_task(engine, task, model_name=self.cfg.model.name,
-                                                    model_prompt_style=self.cfg.model.prompt_style,
-                                                    confidence=self.cfg.policy.confidence)
-            samples += got
-        (self.files.dir / "samples.in_process.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in samples))
-        return results, samples
-
-    def _compare_engines(self, results, samples) -> None:  # type: ignore[no-untyped-def]
-        """record.agreement, and the in-process accuracy in record.tasks when the policy deploys on
-        transformers (policy.deploy_engine=hf): the verdict uses the engine people will run."""
-        from selector.sweep.agreement import accuracy_engine, compare
-        from selector.records import SampleRecord
-
-        served = [SampleRecord.model_validate_json(line) for line in self.files.samples.read_text().splitlines() if line]
-        self.record.agreement = compare(served, samples)
-        decides = accuracy_engine(self.cfg.policy.deploy_engine)
-        self.record.config["accuracy_engine"] = decides
-        if decides == "in_process":
-            self.record.tasks = {name: results[name] for name in self.record.tasks if name in results}
-        for task, a in self.record.agreement.items():
-            log.info("%s %s: %d of %d answers differ between in-process and served (%s decides)",
-                     self.variant.name, task, a.differ, a.n, decides)
-
-    def _measure_memory(self, resolved, loaded, device: str) -> None:  # type: ignore[no-untyped-def]
+    def record_memory(self, resolved, loaded, device: str) -> None:  # type: ignore[no-untyped-def]
         from selector.measure.memory import measure_memory
         from selector.precisions.base import dir_bytes
         from selector.precisions.kernel_info import unpacked_note
@@ -350,7 +266,7 @@ class VariantRun:
         seen = {t.name: store.load(t.name) for t in tasks}
         return evaluation.prefix_scores(evaluation.evaluation_orders(tasks, evaluation.order_seed_of(self.cfg)), seen)
 
-    def _evaluate(self, engine, tasks) -> None:  # type: ignore[no-untyped-def]
+    def evaluate(self, engine, tasks) -> None:  # type: ignore[no-untyped-def]
         """Score the items (reusing stored ones), in rounds when the search may stop early."""
         from tqdm.auto import tqdm
 
@@ -397,25 +313,7 @@ class VariantRun:
                                    confidence=self.cfg.policy.confidence, progress=bar.update)
         return samples
 
-    def _noise_floor(self, loaded, tasks) -> None:  # type: ignore[no-untyped-def]
-        """Score spread per task across evaluations that differ only in batch size (padding and
-        kernel choice change the float rounding); selection warns when a verdict rests on less."""
-        from selector.engines.hf import HFEngine
-        from selector.tasks import evaluate_task
-
-        nf = self.cfg.measure.noise_floor
-        values = {name: [r.value] for name, r in self.record.tasks.items()}
-        for repeat in range(nf.repeats):
-            batch = nf.batch_sizes[repeat % len(nf.batch_sizes)]
-            engine = HFEngine(loaded.model, loaded.tokenizer, batch, self.cfg.engine.max_batch_tokens)
-            for task in tasks:
-                result, _ = evaluate_task(engine, task, self.cfg.model.name, self.cfg.model.prompt_style)
-                values[task.name].append(result.value)
-        spread = {name: round(max(v) - min(v), 6) for name, v in values.items()}
-        self.record.config["noise_floor"] = spread
-        log.info("noise floor of %s over %d re-evaluations: %s", self.variant.name, nf.repeats, spread)
-
-    def _fidelity(self, loaded, tasks) -> None:  # type: ignore[no-untyped-def]
+    def fidelity_pass(self, loaded, tasks) -> None:  # type: ignore[no-untyped-def]
         """Fidelity's probe passes (prompts of up to 1024 tokens, the full vocabulary's distribution)
         are selector's measurement, not serving: the peak so far is kept and the meter restarts after."""
         from selector.measure.fidelity import measure_fidelity
@@ -437,10 +335,6 @@ def _import_runtime(backend) -> None:  # type: ignore[no-untyped-def]
     for name in ("transformers.models.auto.modeling_auto", backend.library):
         if name:
             importlib.import_module(name)
-
-
-def _level_name(level) -> str:  # type: ignore[no-untyped-def]
-    return f"c={level.concurrency}" if level.concurrency is not None else f"{level.rate_rps:g} req/s"
 
 
 def _one_line(e: BaseException) -> str:
