@@ -13,8 +13,8 @@ import dataclasses
 import difflib
 import re
 import typing
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from selector.config import CONF_DIR, SelectorConfig

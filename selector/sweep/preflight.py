@@ -40,13 +40,13 @@ class PlannedVariant:
 
     def describe(self) -> PlannedEntry:
         """What the sweep's state keeps of it (sweep.json), for the jobs, the search and the end."""
+        from selector.config import to_dict
         from selector.sweep.keys import calibrates
 
-        from selector.config import to_dict
-
+        baseline = to_dict(self.baseline) if self.baseline is not None else None
         return PlannedEntry(name=self.name, key=self.key, evaluation_key=self.evaluation_key,
-                            overrides=self.overrides, config=to_dict(self.cfg),
-                            baseline=to_dict(self.baseline) if self.baseline is not None else None, available=self.available, reason=self.reason,
+                            overrides=self.overrides, config=to_dict(self.cfg), baseline=baseline,
+                            available=self.available, reason=self.reason,
                             model=self.cfg.model.name, precision=self.cfg.precision.name, setting=self.setting,
                             family=self.cfg.model.family, params=int(self.cfg.model.params_b * 1e9),
                             planned_bytes=self.planned_bytes, needs_quantization=calibrates(self.cfg),
@@ -78,10 +78,8 @@ def resolve_policy(cfg: SelectorConfig, origin: Origin) -> tuple[Any, list[str]]
     folder = locate_evalset(cfg.evalset.path)
     run_tasks = [t.name for t in load_tasks(cfg)[0]]
     all_tasks = run_tasks if cfg.evalset.tasks is None else [t.name for t in _evalset(cfg.evalset.path, None, 1)[0]]
-    def where(task: str) -> str:
-        return origin.where(f"policy.floors.{task}")
-
-    return check_floor_tasks(cfg.policy, read_evalset_policy(folder), run_tasks, all_tasks, where, str(cfg.evalset.path))
+    return check_floor_tasks(cfg.policy, read_evalset_policy(folder), run_tasks, all_tasks,
+                             lambda task: origin.where(f"policy.floors.{task}"), str(cfg.evalset.path))
 
 
 def _validate_policy(cfg: SelectorConfig, origin: Origin) -> None:
