@@ -18,10 +18,11 @@ from selector.errors import UnavailableError
 from selector.measure.contention import CpuShare
 from selector.sweep import evaluation
 from selector.sweep.device import resolve_device
+from selector.sweep.engine_runs import ENGINE_RUNS
 from selector.sweep.faults import maybe_inject
 from selector.sweep.jobfiles import JobFiles, now, variant_of
 from selector.measure.memory import PhaseMeter, current_rss_bytes, higher
-from selector.records import ErrorInfo, PeakMemory, PerfResult, RunRecord, SampleRecord
+from selector.records import ErrorInfo, PeakMemory, RunRecord, SampleRecord
 
 log = logging.getLogger("selector.sweep.pipeline")
 
@@ -117,12 +118,7 @@ class VariantRun:
         self.phases["load"] = self.meter.read()
         self.meter.start()  # from here on: serving it
         with CpuShare() as share:  # another busy process on the machine slows every figure down
-            if cfg.engine.kind == "openai":
-                from selector.sweep.served_run import run_served
-
-                run_served(self, resolved, loaded, tasks, device)
-            else:
-                self._run_inprocess(resolved, loaded, tasks, device)
+            ENGINE_RUNS.get(cfg.engine.kind)(self, resolved, loaded, tasks, device)
         self.record.environment["machine_load"] = share.as_dict()
 
     def _check_available(self, device: str):  # type: ignore[no-untyped-def]
@@ -163,49 +159,6 @@ class VariantRun:
             if loaded.quant.quantize_s:
                 self.record.timings_s["quantize"] = loaded.quant.quantize_s
         return resolved, loaded
-
-    def _run_inprocess(self, resolved, loaded, tasks, device: str) -> None:  # type: ignore[no-untyped-def]
-        from selector.engines.hf import HFEngine
-        from selector.measure.latency import measure_latency, measure_throughput
-
-        cfg = self.cfg
-        engine = HFEngine(loaded.model, loaded.tokenizer, cfg.engine.batch_size, cfg.engine.max_batch_tokens,
-                          compile=cfg.engine.compile)
-        with self.timed("evaluate"):
-            self.evaluate(engine, tasks)
-        if self.decision is not None:  # stopped early: what it weighs, and nothing else to measure
-            if cfg.measure.fidelity and cfg.precision.name == cfg.baseline_precision:
-                with self.timed("fidelity"):  # but a baseline still leaves its siblings their reference
-                    self.fidelity_pass(loaded, tasks)
-            self.record_memory(resolved, loaded, device)
-            return
-        if self.is_reference and cfg.measure.noise_floor.repeats > 0:
-            with self.timed("noise_floor"):
-                spread = evaluation.noise_floor(loaded, tasks, cfg, {n: r.value for n, r in self.record.tasks.items()})
-                self.record.config["noise_floor"] = spread
-                log.info("noise floor of %s over %d re-evaluations: %s", self.variant.name,
-                         cfg.measure.noise_floor.repeats, spread)
-        if cfg.measure.fidelity:
-            with self.timed("fidelity"):
-                self.fidelity_pass(loaded, tasks)
-        with self.timed("measure"):
-            perf = PerfResult(device=device)
-            if cfg.measure.latency.enabled:
-                perf.latency = measure_latency(loaded.model, loaded.tokenizer, cfg.measure.latency, fast=engine.fast)
-            if cfg.measure.throughput.enabled:
-                perf.throughput = measure_throughput(loaded.model, loaded.tokenizer, cfg.measure.throughput,
-                                                     fast=engine.fast, latency=perf.latency)
-            perf.compiled, perf.compile_s, perf.compile_note = engine.fast.active, engine.fast.compile_s, engine.fast.note
-            if cfg.measure.load.enabled:
-                from selector.measure.traffic import run_inprocess_load
-
-                perf.load = run_inprocess_load(loaded.model, loaded.tokenizer, tasks, cfg)
-            if cfg.measure.load.capacity:  # on the same loaded model, after the ladder
-                from selector.measure.traffic import run_inprocess_capacity
-
-                perf.capacity = run_inprocess_capacity(loaded.model, loaded.tokenizer, tasks, cfg)
-            self.record.perf = perf
-            self.record_memory(resolved, loaded, device)
 
     def record_memory(self, resolved, loaded, device: str) -> None:  # type: ignore[no-untyped-def]
         from selector.measure.memory import measure_memory

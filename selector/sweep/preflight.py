@@ -208,13 +208,15 @@ def policy_notices(cfg: SelectorConfig, notices: list[str]) -> list[str]:
     return notices
 
 
-ENGINES = ("hf", "openai")
-
-
 def check_engine_and_load(cfg: SelectorConfig, origin: Origin) -> None:
     """Engine and load-test settings are checked now, not after every variant's evaluation."""
-    if cfg.engine.kind not in ENGINES:
-        raise origin.error("engine.kind", f"unknown engine {cfg.engine.kind!r}; choose one of {', '.join(ENGINES)}")
+    from selector.registry import UnknownNameError
+    from selector.sweep.engine_runs import ENGINE_RUNS
+
+    try:
+        ENGINE_RUNS.target(cfg.engine.kind)
+    except UnknownNameError as e:
+        raise origin.error("engine.kind", str(e)) from None
     from selector.engines.fast import compile_setting
 
     compile_setting(cfg.engine.compile)  # a typo stops the sweep now, not each variant after its evaluation

@@ -105,3 +105,17 @@ def test_latency_from_engine_vllm_is_named_vllm() -> None:
     record = run_record("m", "bf16")
     record.config = {"engine": {"kind": "openai", "server": "vllm", "server_command": None}}
     assert measuring_engine(record) == "vllm"
+
+
+def test_an_unknown_engine_kind_stops_the_preflight_with_the_known_ones() -> None:
+    from selector.errors import ConfigError
+    from selector.origin import Origin
+    from selector.sweep.engine_runs import ENGINE_RUNS
+    from selector.sweep.preflight import check_engine_and_load
+
+    assert ENGINE_RUNS.names() == ["hf", "openai"]
+    cfg = _compose(["engine.kind=hff"])
+    with pytest.raises(ConfigError) as err:
+        check_engine_and_load(cfg, Origin(given=frozenset({"engine.kind"})))
+    assert (err.value.where, err.value.field) == ("command line", "engine.kind")
+    assert "unknown engine 'hff'. Did you mean 'hf'? Known: hf, openai." == err.value.problem
