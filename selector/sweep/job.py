@@ -35,7 +35,9 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     hc = HydraConfig.get()
     base = hc.sweep.dir if hc.mode.name == "MULTIRUN" else hc.run.dir
     job_dir = _enter_launch_dir(hc.runtime.cwd, Path(hc.runtime.output_dir), Path(str(base)).is_absolute())
-    state = read_state()
+    # The sweep folder Hydra names (a relative one is the launch folder's, where we now are), not an
+    # environment variable: a Ray worker's environment is its cluster's, which another sweep may have set.
+    state = read_state(Path(str(base)))
     overrides = list(hc.overrides.task)
     entry = state.entry_for(overrides)
     if entry is None or entry.config is None:

@@ -178,7 +178,7 @@ def test_the_unpacked_note_comes_from_the_kernel_info(tiny: Path, cache: Path, t
         run = VariantRun(SelectorConfig(model=ModelConfig(name="tiny128"), precision=precision(name)), "k",
                          tmp_path / name)
         run.record.quant, run.record.kernel = loaded.quant, loaded.kernel
-        run._measure_memory(resolved(tiny), loaded, "cpu")
+        run.record_memory(resolved(tiny), loaded, "cpu")
         notes[name] = [n for n in run.record.quant.notes if "unpacked" in n]
     assert notes["gptq-int4"] == []
     assert notes["awq-int4"] == [

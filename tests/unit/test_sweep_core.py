@@ -15,11 +15,17 @@ from selector.config import to_dict
 from selector.errors import UserError
 from selector.records import RunRecord
 from selector.sweep.lifecycle import FULL, Sweep
-from selector.sweep.state import PlannedEntry, SearchSummary, SweepState, read_state, write_state
+from selector.sweep.state import STATE_ENV, PlannedEntry, SearchSummary, SweepState, read_state, write_state
 from selector.sweep.width import Width
 from tests.factories import GB, hits, run_record, task_result
 
 WEIGHTS = {"bf16": 2.0, "int8": 1.0, "int4": 0.5}  # GB of weights, as planned and as measured
+
+
+@pytest.fixture(autouse=True)
+def _no_sweep_left_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """write_state points the process's environment at the sweep it wrote; a test's must not outlive it."""
+    monkeypatch.setenv(STATE_ENV, "")  # put back as it was (unset) when the test ends
 
 
 def plan(tmp_path: Path, *, fidelity: bool = False) -> SweepState:
