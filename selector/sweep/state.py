@@ -3,8 +3,10 @@
 One typed object, `SweepState`, written and read only here. The start of the sweep writes it
 before any job starts (the parent run id, the sweep's key and resolved config, the planned
 variants); each job reads it to find its parent run; the adaptive search adds what it decided; the
-end of the sweep reads it to select with the sweep's own policy. Local launchers also get its path
-through an environment variable (a Ray or SLURM job finds it in the sweep folder).
+end of the sweep reads it to select with the sweep's own policy. Everyone reads it from the sweep
+folder Hydra names, never from the environment: a Ray worker's environment is its cluster's. (The
+launching process's environment still gets its path, SELECTOR_SWEEP_STATE, which `selector.run`
+puts back afterwards.)
 
 Fields have defaults so that a sweep folder written by an older version still reads back.
 """
@@ -121,17 +123,8 @@ def has_state(base: Path) -> bool:
     return (Path(base) / STATE_FILE).exists()
 
 
-def read_state(base: Path | None = None) -> SweepState:
-    """The sweep's state from its folder; without one, from the environment or Hydra's sweep folder.
-    A folder without sweep.json reads as an empty state."""
-    if base is None:
-        found = os.environ.get(STATE_ENV)
-        if found and Path(found).exists():
-            return _parse(Path(found))
-        from hydra.core.hydra_config import HydraConfig
-
-        hc = HydraConfig.get()
-        base = Path(hc.sweep.dir if hc.mode.name == "MULTIRUN" else hc.run.dir)
+def read_state(base: Path) -> SweepState:
+    """The sweep's state from its folder; a folder without sweep.json reads as an empty state."""
     path = Path(base) / STATE_FILE
     return _parse(path) if path.exists() else SweepState()
 
