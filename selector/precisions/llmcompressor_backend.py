@@ -1,6 +1,8 @@
 """llmcompressor 0.14: AWQ (`method: awq`, the default `awq-int4`) and GPTQ (`method: gptq`),
-weight-only int4/int8, saved as compressed-tensors safetensors, the format vLLM serves natively
-(llmcompressor is maintained by the vLLM project).
+weight-only int4/int8, and INT8 W8A8 (`activations: int8`: int8 per-channel weights with int8
+activations quantized per token at run time, `int8-w8a8`, the 8-bit vLLM serves), saved as
+compressed-tensors safetensors, the format vLLM serves natively (llmcompressor is maintained by the
+vLLM project).
 
 CPU pitfalls handled here (see docs/precisions.md):
 - AWQ pins cached activations with `pin_memory()`, which raises "Cannot access accelerator device"
@@ -10,7 +12,9 @@ CPU pitfalls handled here (see docs/precisions.md):
 In-process, transformers 5.17 decompresses these checkpoints to the load dtype (kernel `dense`):
 on CPU that is the default (bf16 speed and memory). On CUDA the default (`auto`) converts the
 checkpoint losslessly to GPTQ v2 and runs it packed with gptqmodel's kernels (kernels.py); vLLM
-serves the compressed-tensors checkpoint itself with its int4 kernels.
+serves the compressed-tensors checkpoint itself with its int4 kernels. A W8A8 checkpoint runs dense
+in-process on any device (compressed-tensors quantizes each activation on the fly, so the answers
+are W8A8's; the speed is bf16's); vLLM runs it with int8 GEMMs.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from selector.precisions.params import param_error
 
 BITS = (4, 8)
 METHODS = ("gptq", "awq")
-OWN_PARAMS = ("group_size", "symmetric", "ignore")  # ours; the rest of plan.params go to the modifier
+OWN_PARAMS = ("group_size", "symmetric", "ignore", "activations")  # ours; the rest of plan.params go to the modifier
 Kernel = Literal["auto", "dense", "marlin", "exllama", "triton", "torch"]
+PER_CHANNEL = -1  # the kernel rule's word for one scale per output row (group_size <= 0 here)
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,9 @@ class LlmCompressorParams:
     # GPTQ is usually symmetric; AWQ keeps a zero point (asymmetric), as in its paper and vLLM's presets.
     symmetric: bool | None = None
     ignore: list[str] | None = None  # layers left unquantized (default: the LM head)
+    # int8: W8A8, activations quantized to int8 per token at run time (dynamic, symmetric). Needs
+    # bits 8 and per-channel weights (group_size 0), the scheme vLLM's int8 kernels run.
+    activations: Literal["int8"] | None = None
     kernel: Kernel = "auto"  # dense: transformers decompresses; others: converted to GPTQ v2, gptqmodel runs it
     # Passed on to the modifier when set:
     block_size: int | None = None  # GPTQ
@@ -62,6 +70,13 @@ class LlmCompressorBackend(Backend):
         wrong = [k for k in other if getattr(params, k) is not None]
         if wrong:
             raise param_error(precision, wrong[0], f"does not apply to method {precision.method}", origin)
+        if params.activations and (precision.bits != 8 or params.group_size > 0):
+            raise param_error(precision, "activations", "int8 activations (W8A8) need bits: 8 and per-channel "
+                              f"weights (group_size: 0), not bits {precision.bits} and group_size {params.group_size}",
+                              origin)
+        if params.activations and params.kernel not in ("auto", "dense"):
+            raise param_error(precision, "kernel", "a W8A8 checkpoint runs dense in-process (auto or dense); the "
+                              "packed GPTQ kernels take weight-only checkpoints", origin)
         return params
 
     def unsupported(self, precision: PrecisionConfig, device: str) -> str:
@@ -77,9 +92,11 @@ class LlmCompressorBackend(Backend):
                         group_size: int | None = None) -> kernels.KernelDecision:
         """group_size: the one used for a known model (the requested one is lowered to fit its widths)."""
         params = self.params(precision)
-        return kernels.choose("compressed-tensors", params.kernel, bits=precision.bits or 4,
-                              group_size=group_size or params.group_size, sym=self.symmetric(precision),
-                              dtype=precision.dtype, device=device, capability=capability)
+        size = group_size or params.group_size
+        return kernels.choose("compressed-tensors", "dense" if params.activations else params.kernel,
+                              bits=precision.bits or 4, group_size=size if size > 0 else PER_CHANNEL,
+                              sym=self.symmetric(precision), dtype=precision.dtype, device=device,
+                              capability=capability)
 
     def symmetric(self, precision: PrecisionConfig) -> bool:
         given = self.params(precision).symmetric
@@ -87,7 +104,14 @@ class LlmCompressorBackend(Backend):
 
     def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, engine: str = "hf",
                          prequantized: bool = False) -> weights.WeightEstimate:
-        group = self.params(precision).group_size
+        params = self.params(precision)
+        group = params.group_size
+        if params.activations:
+            if weights.served(engine):  # int8 per-channel weights, run by vLLM's int8 GEMM kernels
+                return weights.packed_checkpoint(arch, precision, group, g_idx=False, zero_points=False,
+                                                 how="W8A8 (served, int8 GEMMs)")
+            return weights.dense(arch, precision, f"{precision.dtype} (W8A8 decompressed, activations quantized "
+                                                  "on the fly)", ["engine=vllm runs it with int8 GEMMs"])
         if weights.served(engine):  # vLLM runs compressed-tensors packed, as saved (no g_idx)
             return weights.packed_checkpoint(arch, precision, group, g_idx=False, how="packed (served)")
         if prequantized:  # a GPTQ/AWQ checkpoint from elsewhere is run packed by gptqmodel
@@ -117,6 +141,8 @@ class LlmCompressorBackend(Backend):
             bits=precision.bits or 4,
             params={**sizes, "symmetric": self.symmetric(precision),
                     "ignore": list(params.ignore if params.ignore is not None else ["lm_head"]),
+                    # only when set, so weight-only checkpoints keep the cache keys they had
+                    **({"activations": params.activations} if params.activations else {}),
                     **params.modifier_params(str(precision.method))},
             calibration=calibrated.calibration(ctx),
             notes=notes,
@@ -147,7 +173,10 @@ def quantize_to(resolved: Any, precision: PrecisionConfig, ctx: LoadContext, pla
         strategy="group" if group_size > 0 else "channel",
         group_size=group_size if group_size > 0 else None,
     )
-    scheme = QuantizationScheme(targets=["Linear"], weights=weights)
+    # W8A8 as llmcompressor's preset has it: int8 activations, one scale per token, computed at run time
+    activations = QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="token", dynamic=True) \
+        if plan.params.get("activations") == "int8" else None
+    scheme = QuantizationScheme(targets=["Linear"], weights=weights, input_activations=activations)
     extra = {k: v for k, v in plan.params.items() if k not in ("group_size", "group_size_requested", *OWN_PARAMS)}
     modifier_cls = AWQModifier if plan.method == "awq" else GPTQModifier
     modifier = modifier_cls(config_groups={"group_0": scheme}, ignore=plan.params["ignore"], **extra)

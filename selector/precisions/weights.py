@@ -52,15 +52,17 @@ def packed(in_f: int, out_f: int, bits: int, group: int, scale: float, zero: flo
 
 
 def packed_checkpoint(arch: Any, precision: PrecisionConfig, requested_group: int | None,
-                      g_idx: bool, how: str = "packed") -> WeightEstimate:
-    """GPTQ/AWQ layouts: int32-packed weights, fp16 scales and packed zeros per group, and for the
-    GPTQ format an int32 g_idx per input column."""
+                      g_idx: bool, how: str = "packed", zero_points: bool = True) -> WeightEstimate:
+    """GPTQ/AWQ layouts: int32-packed weights, fp16 scales and packed zeros per group (none when the
+    scheme is symmetric and saves none), and for the GPTQ format an int32 g_idx per input column."""
     method, bits = precision.method, precision.bits or 4
     group = group_size(arch, requested_group)
     per_in = 4 if g_idx else 0
-    linear = sum(packed(i, o, bits, group, scale=2, zero=bits / 8) + per_in * i for i, o in linear_shapes(arch))
+    zero = bits / 8 if zero_points else 0
+    linear = sum(packed(i, o, bits, group, scale=2, zero=zero) + per_in * i for i, o in linear_shapes(arch))
+    groups = f"group {group}" if group > 0 else "per channel"
     return WeightEstimate(linear + rest_bytes(arch, precision),
-                          f"{method} int{bits} {how}, group {group}, lm_head/embeddings 16-bit")
+                          f"{method} int{bits} {how}, {groups}, lm_head/embeddings 16-bit")
 
 
 def served(engine: str) -> bool:

@@ -139,7 +139,8 @@ def environment(cfg: VllmConfig, threads: int | None) -> dict[str, str]:
 
 # vLLM's log lines that say how it runs the model's linear layers, e.g.
 #   "Using CPUWNA16LinearKernel for CompressedTensorsWNA16"
-KERNEL_LINE = re.compile(r"Using (\w+Kernel) for ([A-Z]\w+)")
+#   "Selected CPUInt8ScaledMMLinearKernel for CompressedTensorsW8A8Int8"
+KERNEL_LINE = re.compile(r"(?:Using|Selected) (\w+Kernel) for ([A-Z]\w+)")
 QUANT_LINE = re.compile(r"quantization=([\w-]+)")  # in "Initializing a V1 LLM engine ... with config: ..."
 
 
@@ -152,8 +153,9 @@ def served_kernel(log_path: Path) -> dict[str, object]:
         return {}
     quant = QUANT_LINE.findall(text)
     method = quant[-1] if quant else None
-    kernels = sorted(set(re.findall(r"Using (\w+Kernel) for", text)))
-    schemes = sorted({m.group(2) for m in KERNEL_LINE.finditer(text)})
+    found = list(KERNEL_LINE.finditer(text))
+    kernels = sorted({m.group(1) for m in found})
+    schemes = sorted({m.group(2) for m in found})
     method = None if method in (None, "None") else method
     return {"quantization": method, "kernels": kernels, "schemes": schemes,
             "packed": bool(kernels) if method else None}

@@ -30,10 +30,11 @@ from selector.precisions.base import LoadContext, LoadedModel
 from tests.factories import shipped_precision
 from tests.tiers import precision_case
 
-EIGHT_BIT = ["int8", "int8-torchao", "gptq-int8"]
+EIGHT_BIT = ["int8", "int8-torchao", "gptq-int8", "int8-w8a8"]
 FOUR_BIT = ["nf4", "gptq-int4", "awq-int4", "awq-int4-gptqmodel", "gptq-int4-llmcompressor"]
 QUANT_METHOD_IN_CONFIG = {"gptq-int4": "gptq", "gptq-int8": "gptq", "awq-int4-gptqmodel": "awq",
-                          "awq-int4": "compressed-tensors", "gptq-int4-llmcompressor": "compressed-tensors"}
+                          "awq-int4": "compressed-tensors", "gptq-int4-llmcompressor": "compressed-tensors",
+                          "int8-w8a8": "compressed-tensors"}
 SMALL_CALIBRATION = CalibrationConfig(num_samples=4, seq_len=64)
 
 
@@ -155,6 +156,11 @@ def test_backend_end_to_end(name: str, outcome) -> None:  # type: ignore[no-unty
         assert config["quantization_config"]["quant_method"] == QUANT_METHOD_IN_CONFIG[name]
         assert (folder / "tokenizer.json").is_file()  # a server can load the folder alone
         assert quant.calibration["num_samples"] == 4 and quant.calibration["tokens"] > 0
+        if name == "int8-w8a8":  # int8 per-channel weights, int8 activations quantized per token at run time
+            (group,) = config["quantization_config"]["config_groups"].values()
+            assert group["weights"]["num_bits"] == 8 and group["weights"]["strategy"] == "channel"
+            assert group["input_activations"] == {**group["input_activations"], "num_bits": 8, "type": "int",
+                                                  "strategy": "token", "dynamic": True}
     else:  # quantized at load time: nothing written
         assert out.loaded.artifact_dir is None and quant.artifact_dir is None
 

@@ -75,6 +75,11 @@ def test_vllm_log_says_which_kernel_served_the_weights(tmp_path) -> None:
         "(Worker pid=2) INFO [compressed_tensors_wNa16.py:138] Using CPUWNA16LinearKernel for CompressedTensorsWNA16\n")
     assert served_kernel(log) == {"quantization": "compressed-tensors", "kernels": ["CPUWNA16LinearKernel"],
                                   "schemes": ["CompressedTensorsWNA16"], "packed": True}
+    log.write_text(  # and its W8A8 checkpoint (int8-w8a8)
+        "Initializing a V1 LLM engine (v0.32.0) with config: model='m', quantization=compressed-tensors, x=1\n"
+        "(Worker pid=2) INFO [__init__.py:846] Selected CPUInt8ScaledMMLinearKernel for CompressedTensorsW8A8Int8\n")
+    assert served_kernel(log) == {"quantization": "compressed-tensors", "kernels": ["CPUInt8ScaledMMLinearKernel"],
+                                  "schemes": ["CompressedTensorsW8A8Int8"], "packed": True}
     log.write_text("Initializing a V1 LLM engine (v0.32.0) with config: model='m', quantization=None, x=1\n")
     assert served_kernel(log) == {"quantization": None, "kernels": [], "schemes": [], "packed": None}
 

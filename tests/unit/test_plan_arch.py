@@ -116,6 +116,19 @@ def test_compressed_tensors_are_unpacked_on_cpu_but_packed_on_gpu() -> None:
     assert estimate_weights(a, AWQ4, "cuda").bytes < 0.5 * 2 * a.params
 
 
+def test_w8a8_is_one_byte_per_weight_served_and_dense_in_process() -> None:
+    a = ArchFacts.from_config(QWEN_CODER, "t")
+    w8a8 = precision("int8-w8a8", "llmcompressor", method="gptq", bits=8, group_size=0, symmetric=True,
+                     activations="int8")
+    linear = a.param_groups()["linear"]
+    rows = a.num_layers * sum(o for _, o in a.linear_shapes())
+    served = estimate_weights(a, w8a8, "cpu", engine="openai")
+    # 1 byte per weight and one bf16 scale per output row (symmetric: no zero points, no g_idx)
+    assert served.bytes == 2 * (a.params - linear) + linear + 2 * rows
+    assert "per channel" in served.layout
+    assert estimate_weights(a, w8a8, "cuda").bytes == 2 * a.params
+
+
 def test_kv_cache_of_qwen_7b() -> None:
     a = ArchFacts.from_config(json.loads((ARCH / "qwen2.5-7b.json").read_text()), "q")
     # 2 (K and V) x 28 layers x 4 kv heads x 128 dims x 2 bytes, per token

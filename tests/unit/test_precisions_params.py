@@ -113,3 +113,23 @@ def test_params_are_checked_without_importing_the_quantization_libraries() -> No
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_w8a8_needs_eight_bits_per_channel_weights_and_the_dense_kernel() -> None:
+    backend = get_backend("llmcompressor")
+    params = backend.params(shipped("int8-w8a8"))
+    assert (params.activations, params.group_size, params.symmetric) == ("int8", 0, True)
+    for changed, problem in [({"group_size": 128}, "need bits: 8 and per-channel weights"),
+                             ({"kernel": "marlin"}, "runs dense in-process")]:
+        with pytest.raises(ConfigError) as err:
+            backend.params(shipped("int8-w8a8", **changed))
+        assert problem in err.value.problem
+    four = shipped("int8-w8a8")
+    four.bits = 4
+    with pytest.raises(ConfigError, match="not bits 4 and group_size 0"):
+        backend.params(four)
+    # In-process it runs dense on every device (activations quantized on the fly); a GPU does not
+    # convert it to a weight-only GPTQ kernel.
+    for device, capability in (("cpu", None), ("cuda:0", (9, 0))):
+        decision = backend.kernel_decision(shipped("int8-w8a8"), device, capability)
+        assert decision.ok and [k.name for k in decision.candidates] == ["dense"], decision
