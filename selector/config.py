@@ -79,7 +79,7 @@ class EvalsetConfig:
 @dataclass
 class VllmConfig:
     """engine=vllm: how the harness starts vLLM's OpenAI-compatible server per variant
-    (selector/serving/vllm.py). The knobs (max_num_seqs, max_num_batched_tokens) may be swept."""
+    (selector/serving/vllm.py). The knobs (max_num_seqs, max_num_batched_tokens, instances) may be swept."""
 
     # The Python that has vLLM installed. null: $SELECTOR_VLLM_PYTHON, else .venv-vllm/bin/python in
     # the checkout (`make vllm` creates it), else `python` on PATH if it can import vllm.
@@ -89,6 +89,9 @@ class VllmConfig:
     max_num_seqs: Optional[int] = None  # --max-num-seqs: requests batched at once (null: vLLM's default)
     max_num_batched_tokens: Optional[int] = None  # --max-num-batched-tokens per scheduler step
     max_model_len: Optional[int] = None  # --max-model-len (null: the model's own)
+    # Servers per variant on this machine, the cores (`threads`, else all) split evenly between them
+    # and the requests spread over them round-robin: the multi-instance CPU deployment.
+    instances: int = 1
     args: list[str] = field(default_factory=list)  # further flags, passed as given, e.g. [--seed, "1"]
 
 

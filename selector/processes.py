@@ -16,7 +16,9 @@ from typing import Callable
 
 
 def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> Callable[[], None]:
-    """A preexec_fn: the child gets `sig` when the process that started it dies (even by SIGKILL)."""
+    """A preexec_fn: the child gets `sig` when the process that started it dies (even by SIGKILL).
+    Linux ties this to the thread that started the child: start it from a thread that lives as
+    long as the child should."""
 
     def arm() -> None:
         if sys.platform.startswith("linux"):

@@ -253,6 +253,10 @@ class ServingInfo(StrictModel):
     schemes: list[str] = Field(default_factory=list)  # the quantization schemes those kernels ran
     packed: bool | None = None  # quantized weights served by a kernel that reads them packed (None: not quantized)
     log: str = "server.log"
+    instances: int = 1  # servers on this machine, requests spread over them round-robin
+    cores: list[str] = Field(default_factory=list)  # each instance's CPU list (VLLM_CPU_OMP_THREADS_BIND); []: vLLM's own
+    logs: list[str] = Field(default_factory=list)  # each instance's log, in the variant's folder
+    requests: list[int | None] = Field(default_factory=list)  # each instance's finished requests (its /metrics)
 
 
 class EngineAgreement(StrictModel):

@@ -49,6 +49,7 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("engine.vllm.max_num_seqs", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
     ("engine.vllm.max_num_batched_tokens", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
     ("engine.vllm.max_model_len", lambda v: v >= 1, "at least 1 (or null for the model's own)"),
+    ("engine.vllm.instances", lambda v: v >= 1, "at least 1"),
     ("evalset.limit", lambda v: v >= 1, "at least 1 item per task (or null for all)"),
     ("calibration.num_samples", lambda v: v >= 1, "at least 1"),
     ("calibration.seq_len", lambda v: v >= 1, "at least 1"),

@@ -15,6 +15,7 @@ each chunk, end) are taken here, in the client, as a user would see them.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -58,7 +59,7 @@ class OpenAIEngine:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str | None = None,
         *,
         api_key: str | None = None,
@@ -68,7 +69,10 @@ class OpenAIEngine:
         params: dict[str, Any] | None = None,
         chat_renderer: Callable[[Messages], str] | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        # Several base URLs: instances of one model, requests spread over them round-robin.
+        self.base_urls = [u.rstrip("/") for u in ([base_url] if isinstance(base_url, str) else base_url)]
+        self.base_url = self.base_urls[0]
+        self._next_base = itertools.cycle(self.base_urls)
         self.model, self.chat, self.concurrency = model, chat, max(1, concurrency)
         self.timeout_s, self.params = timeout_s, dict(params or {})
         self.chat_renderer = chat_renderer  # the model's own chat template, for log-likelihoods
@@ -77,7 +81,12 @@ class OpenAIEngine:
     @property
     def root_url(self) -> str:
         """The server's root (for /health and /metrics): base_url without its trailing /v1."""
-        return self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        return self.root_urls[0]
+
+    @property
+    def root_urls(self) -> list[str]:
+        """Each instance's root."""
+        return [u[: -len("/v1")] if u.endswith("/v1") else u for u in self.base_urls]
 
     def client(self, max_connections: int | None = None) -> httpx.AsyncClient:
         loopback = httpx.URL(self.base_url).host in ("127.0.0.1", "localhost", "::1")
@@ -111,7 +120,7 @@ class OpenAIEngine:
                               problem="this task sends chat messages but engine.chat is false; set engine.chat=true "
                                       "or model.prompt_style=plain")
         body.update(self.params)
-        return self.base_url + path, body
+        return next(self._next_base) + path, body
 
     # ---- generation ----------------------------------------------------------------------
     def generate(self, requests: list[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
@@ -177,7 +186,7 @@ class OpenAIEngine:
         if self.model:
             body["model"] = self.model
         body.update(self.params)
-        data = await self._post(client, self.base_url + "/completions", body)
+        data = await self._post(client, next(self._next_base) + "/completions", body)
         lp = ((data.get("choices") or [{}])[0]).get("logprobs") or {}
         offsets, token_lp, top = lp.get("text_offset"), lp.get("token_logprobs"), lp.get("top_logprobs")
         if not offsets or not token_lp or len(offsets) != len(token_lp):

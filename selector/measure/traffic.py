@@ -220,7 +220,7 @@ def server_run(served: Served, cfg: LoadConfig, body: Callable[[Probe], Awaitabl
     from selector.serving import prometheus
 
     engine = served.engine
-    metrics_url = engine.root_url + "/metrics"
+    metrics_urls = served.metrics_urls()  # every instance's
     this_process = own_process()
 
     async def main() -> T:
@@ -232,11 +232,11 @@ def server_run(served: Served, cfg: LoadConfig, body: Callable[[Probe], Awaitabl
             def monitor() -> UtilizationMonitor:
                 # Everything this process does during a level is the load generator's work.
                 harness = lambda: sum(process_cpu_seconds(this_process).values())  # noqa: E731
-                return UtilizationMonitor(served.processes if served.server else None, harness,
+                return UtilizationMonitor(served.processes if served.servers else None, harness,
                                           None if served.local else [], subtract_harness=False)
 
             return await body(Probe(Conversations().wrap(send), cfg, monitor,
-                                    scrape=lambda: prometheus.scrape(client, metrics_url),
+                                    scrape=lambda: prometheus.scrape_all(client, metrics_urls),
                                     split=prometheus.level_split, describe_split=prometheus.split_source))
 
     return asyncio.run(main())

@@ -25,9 +25,10 @@ KNOBS = {  # dotted config key -> the short name a setting shows
     "measure.load.max_queue_delay_ms": "max_queue_delay_ms",
     "engine.vllm.max_num_seqs": "max_num_seqs",
     "engine.vllm.max_num_batched_tokens": "max_num_batched_tokens",
+    "engine.vllm.instances": "instances",
 }
 HF_KNOBS = ("measure.load.max_batch_size", "measure.load.max_queue_delay_ms")
-VLLM_KNOBS = ("engine.vllm.max_num_seqs", "engine.vllm.max_num_batched_tokens")
+VLLM_KNOBS = ("engine.vllm.max_num_seqs", "engine.vllm.max_num_batched_tokens", "engine.vllm.instances")
 BY_SHORT = {short: dotted for dotted, short in KNOBS.items()}
 
 
@@ -75,7 +76,7 @@ def check_engine_knobs(cfg: Any, given: Iterable[str], swept: Iterable[str]) -> 
     if engine == "vllm":
         raise ConfigError("command line", asked[0], (
             f"{names} {'belongs' if len(asked) == 1 else 'belong'} to the in-process batcher (engine=hf); vLLM "
-            "batches requests itself: sweep engine.vllm.max_num_seqs or engine.vllm.max_num_batched_tokens, "
+            "batches requests itself: sweep engine.vllm.max_num_seqs, max_num_batched_tokens or instances, "
             "or drop this override"))
     where = ("an attached server (engine.base_url), whose batching is set where it was started"
              if not cfg.engine.server_command else "a server the harness starts (engine.server_command), "

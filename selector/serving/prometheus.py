@@ -35,6 +35,13 @@ class Histogram:
     count: float
     total: float  # sum of observed values
 
+    def plus(self, other: Histogram) -> Histogram:
+        """Both servers' observations (instances of one model: same bucket edges)."""
+        counts = dict(self.buckets)
+        for le, c in other.buckets:
+            counts[le] = counts.get(le, 0.0) + c
+        return Histogram(sorted(counts.items()), self.count + other.count, self.total + other.total)
+
     def minus(self, before: Histogram | None) -> Histogram:
         if before is None:
             return self
@@ -64,6 +71,15 @@ def parse_histograms(text: str) -> dict[str, Histogram]:
         if buckets:
             out[family.name] = Histogram(sorted(buckets.items()), count, total)
     return out
+
+
+def counter(text: str, name: str) -> float | None:
+    """A counter's value summed over its label sets (`name` without `_total`); None when absent."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values = [s.value for f in text_string_to_metric_families(text) if f.name == name and f.type == "counter"
+              for s in f.samples if s.name == name + "_total"]
+    return sum(values) if values else None
 
 
 def quantile(h: Histogram, q: float) -> float:
@@ -110,6 +126,19 @@ async def scrape(client: Any, url: str) -> dict[str, Histogram] | None:
     except Exception as e:  # no metrics endpoint, or not Prometheus text: nothing to add
         log.debug("no Prometheus metrics at %s: %s", url, e)
         return None
+
+
+async def scrape_all(client: Any, urls: list[str]) -> dict[str, Histogram] | None:
+    """The histograms of every instance, summed; None when one of them has none (a split of only
+    some instances' requests would pass for all of them)."""
+    summed: dict[str, Histogram] = {}
+    for url in urls:
+        got = await scrape(client, url)
+        if got is None:
+            return None
+        for name, h in got.items():
+            summed[name] = summed[name].plus(h) if name in summed else h
+    return summed
 
 
 def level_split(before: dict[str, Histogram] | None, after: dict[str, Histogram] | None) -> dict[str, Percentiles]:

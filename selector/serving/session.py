@@ -12,8 +12,9 @@ import gc
 import logging
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +32,43 @@ log = logging.getLogger("selector.serving.session")
 
 @dataclass
 class Served:
-    engine: OpenAIEngine
-    server: ServerProcess | None  # None when attached to a server someone else runs
+    engine: OpenAIEngine  # spreads requests over every instance
+    servers: list[ServerProcess] = field(default_factory=list)  # empty when attached to someone else's server
+
+    @property
+    def server(self) -> ServerProcess | None:
+        """The (first) server the harness started, None when attached."""
+        return self.servers[0] if self.servers else None
 
     @property
     def local(self) -> bool:
         """The server runs on this machine (its GPU use can be sampled here)."""
-        return self.server is not None or httpx.URL(self.engine.base_url).host in (LOOPBACK, "localhost", "::1")
+        return bool(self.servers) or httpx.URL(self.engine.base_url).host in (LOOPBACK, "localhost", "::1")
 
     def processes(self) -> list[psutil.Process]:
-        return self.server.processes() if self.server else []
+        return [p for s in self.servers for p in s.processes()]
+
+    def metrics_urls(self) -> list[str]:
+        return [root + "/metrics" for root in self.engine.root_urls]
+
+    def requests_served(self) -> list[int | None]:
+        """Requests each instance has finished so far, from its /metrics (vLLM's
+        request_success counter); None for an instance that does not say."""
+        from selector.serving.prometheus import counter
+
+        out: list[int | None] = []
+        for url in self.metrics_urls():
+            try:
+                value = counter(httpx.get(url, timeout=10.0, trust_env=False).text, "vllm:request_success")
+            except (httpx.HTTPError, ValueError):
+                value = None
+            out.append(None if value is None else int(value))
+        return out
+
+    def check_alive(self, during: str) -> None:
+        """ServerDiedError naming the first instance that has exited."""
+        for server in self.servers:
+            server.check_alive(during)
 
 
 def serving_checkpoint(loaded: Any, resolved: Any, precision: PrecisionConfig) -> str:
@@ -97,70 +125,132 @@ def chat_renderer(tokenizer_path: str | None) -> Callable[[Messages], str] | Non
 @contextmanager
 def served_engine(cfg: EngineConfig, *, model_path: str | None, dtype: str, log_dir: Path,
                   threads: int | None = None) -> Iterator[Served]:
-    """Start vLLM (engine.server=vllm) or engine.server_command for this checkpoint, or attach to
-    engine.base_url.
+    """Start vLLM (engine.server=vllm; engine.vllm.instances servers) or engine.server_command for
+    this checkpoint, or attach to engine.base_url.
 
     threads: CPU threads for a server the harness starts (OMP_NUM_THREADS), as the top-level
-    `threads` setting gives the in-process engine, so both run on the same footing."""
+    `threads` setting gives the in-process engine, so both run on the same footing; vLLM instances
+    split those cores between them."""
     key = api_key(cfg)
     if cfg.server_command or cfg.server == "vllm":
         if not model_path:
             raise ConfigError("engine", field="server_command", problem="needs a checkpoint folder to serve")
         served_model = cfg.served_model or model_path
         env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
-        python = None
         if cfg.server == "vllm":
             from selector.serving import vllm
 
             python = vllm.python_for(cfg.vllm)
-            env.update(vllm.environment(cfg.vllm, threads))
+            shares = vllm.core_shares(threads, cfg.vllm.instances) or [None]
+            envs = [{**env, **vllm.environment(cfg.vllm, cores)} for cores in shares]
 
-        def argv_for(port: int) -> list[str]:
-            if python is not None:
+            def argv_for(port: int) -> list[str]:
                 return vllm.command(cfg, python, model_path=model_path, host=LOOPBACK, port=port, dtype=dtype,
                                     served_model=served_model)
-            return render_command(cfg.server_command, {"model_path": model_path, "port": port, "host": LOOPBACK,
-                                                       "dtype": dtype, "served_model": served_model})
+        else:
+            envs = [env]
 
-        server = start_on_free_port(argv_for, Path(log_dir) / "server.log", cfg.ready_timeout_s, cfg.stop_timeout_s,
-                                    env)
+            def argv_for(port: int) -> list[str]:
+                return render_command(cfg.server_command, {"model_path": model_path, "port": port, "host": LOOPBACK,
+                                                           "dtype": dtype, "served_model": served_model})
+
+        servers = start_servers(argv_for, log_paths(Path(log_dir), len(envs)), envs, cfg.ready_timeout_s,
+                                cfg.stop_timeout_s)
+        engine = _engine(cfg, [s.root_url + "/v1" for s in servers], served_model, key, model_path)
         try:
-            yield Served(_engine(cfg, server.root_url + "/v1", served_model, key, model_path), server)
+            yield Served(engine, servers)
         except BaseException as e:
-            server.stop(interrupted=not isinstance(e, Exception))
+            for server in servers:
+                server.stop(interrupted=not isinstance(e, Exception))
             raise
-        server.stop()
+        for server in servers:
+            server.stop()
         return
     if not cfg.base_url:
         raise ConfigError("engine", field="base_url",
                           problem="engine=openai needs either base_url (a running server) or server_command")
     log.warning("engine=openai attached to %s: the harness cannot check that it serves %s", cfg.base_url, model_path)
     engine = _engine(cfg, cfg.base_url, cfg.served_model or _first_model(cfg.base_url, key), key, model_path)
-    yield Served(engine, None)
+    yield Served(engine)
 
 
 PORT_TRIES = 3
 
 
-def start_on_free_port(argv_for: Callable[[int], list[str]], log_path: Path, ready_timeout_s: float,
-                       stop_timeout_s: float, env: dict[str, str]) -> ServerProcess:
-    """A started, ready server on a free loopback port. The port is free when picked but another
-    process can take it before the server binds it: then the server fails with 'Address already in
-    use' and another port is tried."""
-    for attempt in range(1, PORT_TRIES + 1):
-        port = free_port()
-        server = ServerProcess(argv_for(port), f"http://{LOOPBACK}:{port}", log_path, ready_timeout_s, stop_timeout_s,
-                               env=env)
-        try:
-            return server.__enter__()  # stops the server itself if it fails
-        except ServerStartError as e:
-            if "address already in use" not in str(e).lower() or attempt == PORT_TRIES:
-                raise
-            log.warning("port %d was taken before the server bound it; trying another", port)
+def log_paths(log_dir: Path, instances: int) -> list[Path]:
+    """server.log for one server; server-1.log, server-2.log ... for several instances."""
+    if instances == 1:
+        return [log_dir / "server.log"]
+    return [log_dir / f"server-{i}.log" for i in range(1, instances + 1)]
+
+
+def start_servers(argv_for: Callable[[int], list[str]], logs: list[Path], envs: list[dict[str, str]],
+                  ready_timeout_s: float, stop_timeout_s: float) -> list[ServerProcess]:
+    """One ready server per (log, env) on a free loopback port, all starting at once (a vLLM start is
+    mostly imports and loading, tens of seconds each). The port is free when picked but another
+    process can take it before the server binds it: then that server fails with 'Address already in
+    use' and another port is tried. If one fails otherwise, or the caller is interrupted, every
+    server started is stopped before the error goes on.
+
+    The servers are started from this thread, never a helper thread: each gets SIGTERM when the
+    thread that started it ends (processes.die_with_parent); only the waiting is done on threads."""
+    ready: list[ServerProcess | None] = [None] * len(logs)
+    started: list[ServerProcess] = []
+    try:
+        for attempt in range(1, PORT_TRIES + 1):
+            batch: dict[int, ServerProcess] = {}
+            for i in (i for i, server in enumerate(ready) if server is None):
+                port = free_port()
+                batch[i] = ServerProcess(argv_for(port), f"http://{LOOPBACK}:{port}", logs[i], ready_timeout_s,
+                                         stop_timeout_s, env=envs[i])
+                batch[i].start()
+                started.append(batch[i])
+            for (i, server), error in zip(batch.items(), _wait_ready(list(batch.values()))):
+                if error is None:
+                    ready[i] = server
+                    continue
+                server.stop()
+                if not isinstance(error, ServerStartError) or "address already in use" not in str(error).lower() \
+                        or attempt == PORT_TRIES:
+                    raise error
+                log.warning("port %s was taken before the server bound it; trying another", server.root_url)
+            if all(ready):
+                return [server for server in ready if server is not None]
+    except BaseException as e:
+        for server in started:
+            server.stop(interrupted=not isinstance(e, Exception))
+        raise
     raise AssertionError("unreachable")
 
 
-def _engine(cfg: EngineConfig, base_url: str, model: str | None, key: str | None,
+def start_on_free_port(argv_for: Callable[[int], list[str]], log_path: Path, ready_timeout_s: float,
+                       stop_timeout_s: float, env: dict[str, str]) -> ServerProcess:
+    """A started, ready server on a free loopback port (see start_servers)."""
+    return start_servers(argv_for, [log_path], [env], ready_timeout_s, stop_timeout_s)[0]
+
+
+def _wait_ready(servers: list[ServerProcess]) -> list[Exception | None]:
+    """Wait for each server to answer (and listen on loopback only), side by side: the error of
+    each, None for a ready one."""
+
+    def ready(server: ServerProcess) -> Exception | None:
+        try:
+            server.wait_ready()
+            server.check_loopback_only()
+        except Exception as e:
+            return e
+        return None
+
+    if len(servers) == 1:
+        return [ready(servers[0])]
+    pool = ThreadPoolExecutor(len(servers), thread_name_prefix="server-ready")
+    try:  # not `with`: on Ctrl-C it would wait for every thread before the servers are stopped
+        return list(pool.map(ready, servers))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _engine(cfg: EngineConfig, base_url: str | list[str], model: str | None, key: str | None,
             tokenizer_path: str | None) -> OpenAIEngine:
     return OpenAIEngine(base_url, model, api_key=key, chat=cfg.chat, concurrency=cfg.batch_size,
                         timeout_s=cfg.request_timeout_s, params=cfg.params, chat_renderer=chat_renderer(tokenizer_path))

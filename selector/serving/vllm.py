@@ -127,13 +127,42 @@ def command(cfg: EngineConfig, python: str, *, model_path: str, host: str, port:
     return argv + [str(a) for a in v.args]
 
 
-def environment(cfg: VllmConfig, threads: int | None) -> dict[str, str]:
-    """What vLLM's CPU backend reads from the environment (added to the harness's own)."""
+def core_shares(threads: int | None, instances: int) -> list[list[int]] | None:
+    """The cores each of `instances` servers is bound to: the first `threads` cores this process may
+    run on (all of them when threads is null; the same budget the in-process engine gets), split
+    into contiguous, even shares. None: one server and no `threads`, left to vLLM's own binding."""
+    if instances == 1 and not threads:
+        return None
+    cores = sorted(os.sched_getaffinity(0))[:threads or None]
+    if len(cores) < instances:
+        given = f"threads={threads} gives" if threads else "this machine has"
+        raise ConfigError("engine.vllm.instances", problem=(
+            f"{instances} instances need a core each and {given} {len(cores)}; lower instances or raise threads"))
+    share, extra = divmod(len(cores), instances)
+    bounds = [i * share + min(i, extra) for i in range(instances + 1)]
+    return [cores[bounds[i]:bounds[i + 1]] for i in range(instances)]
+
+
+def cpu_list(cores: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5", the form VLLM_CPU_OMP_THREADS_BIND takes."""
+    runs: list[list[int]] = []
+    for c in cores:
+        if runs and c == runs[-1][-1] + 1:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def environment(cfg: VllmConfig, cores: list[int] | None) -> dict[str, str]:
+    """What vLLM's CPU backend reads from the environment (added to the harness's own), for a server
+    bound to `cores` (None: vLLM binds its own)."""
     env = {"VLLM_CPU_KVCACHE_SPACE": f"{cfg.kv_cache_gib:g}",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",  # no usage report leaves the machine
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # it serves a local folder
-    if threads:  # the same cores budget as the in-process engine gets (threads=)
-        env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{threads - 1}" if threads > 1 else "0"
+    if cores:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(cores)
+        env["OMP_NUM_THREADS"] = str(len(cores))
     return env
 
 
@@ -164,15 +193,20 @@ def served_kernel(log_path: Path) -> dict[str, object]:
 VERSION_LINE = re.compile(r"LLM engine \(v([\w.+-]+)\)")  # "Initializing a V1 LLM engine (v0.32.0) with config"
 
 
-def serving_info(server, start_s: float):  # type: ignore[no-untyped-def]
-    """The record's account of a vLLM server that just became ready."""
+def serving_info(servers, start_s: float):  # type: ignore[no-untyped-def]
+    """The record's account of the vLLM servers (one per instance) that just became ready; the
+    command, version and kernels are the first one's (every instance runs the same)."""
     from selector.records import ServingInfo
 
+    first = servers[0]
     text = ""
     try:
-        text = server.log_path.read_text(errors="replace")
+        text = first.log_path.read_text(errors="replace")
     except OSError:
         pass
     version = VERSION_LINE.search(text)
-    return ServingInfo(engine="vllm", version=version.group(1) if version else "", command=list(server.argv),
-                       start_s=round(start_s, 2), log=server.log_path.name, **served_kernel(server.log_path))
+    cores = [(s.env or {}).get("VLLM_CPU_OMP_THREADS_BIND", "") for s in servers]
+    return ServingInfo(engine="vllm", version=version.group(1) if version else "", command=list(first.argv),
+                       start_s=round(start_s, 2), log=first.log_path.name, instances=len(servers),
+                       cores=cores if any(cores) else [], logs=[s.log_path.name for s in servers],
+                       **served_kernel(first.log_path))

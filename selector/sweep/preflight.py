@@ -134,11 +134,14 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     if not planned:
         raise UserError("the sweep has no variants: check hydra.sweeper.params and your overrides")
     from selector.serving.knobs import check_engine_knobs, setting_of, swept_knobs
+    from selector.serving.vllm import core_shares
 
     knobs = swept_knobs(p.cfg for p in planned)  # settings of one model x precision are distinct variants
     for p in planned:
         check_engine_knobs(p.cfg, given_keys(p.overrides), knobs)
         p.setting = setting_of(p.cfg, knobs)
+        if p.cfg.engine.server == "vllm":
+            core_shares(p.cfg.threads, p.cfg.engine.vllm.instances)  # more instances than cores
     adhoc.check_distinct_names(planned)
     check_reference(planned, origins[0])
     policy_notices(planned[0].cfg, notices)

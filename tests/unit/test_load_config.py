@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from selector.compose import compose as _compose
+from selector.config import VllmConfig
+from selector.errors import ConfigError
 from selector.serving.process import render_command
 
 VALUES = {"model_path": "cache/models/my model", "port": 8123, "host": "127.0.0.1", "dtype": "bfloat16",
@@ -48,12 +50,11 @@ def test_vllm_engine_builds_its_command_from_the_config(name: str) -> None:
     assert argv[argv.index("--port") + 1] == "8123" and argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--max-num-seqs") + 1] == "4" and "--max-num-batched-tokens" not in argv
     assert "--enforce-eager" in argv and argv[-2:] == ["--seed", "7"]
-    env = environment(engine.vllm, threads=2)
+    env = environment(engine.vllm, [0, 1])
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
 
 
 def test_vllm_knobs_belong_to_vllm() -> None:
-    from selector.errors import ConfigError
     from selector.serving.knobs import check_engine_knobs
 
     vllm, hf = _compose(["engine=vllm"]), _compose(["engine=hf"])
@@ -113,7 +114,6 @@ def test_latency_from_engine_vllm_is_named_vllm() -> None:
 
 
 def test_an_unknown_engine_kind_stops_the_preflight_with_the_known_ones() -> None:
-    from selector.errors import ConfigError
     from selector.origin import Origin
     from selector.sweep.engine_runs import ENGINE_RUNS
     from selector.sweep.preflight import check_engine_and_load
@@ -124,3 +124,34 @@ def test_an_unknown_engine_kind_stops_the_preflight_with_the_known_ones() -> Non
         check_engine_and_load(cfg, Origin(given=frozenset({"engine.kind"})))
     assert (err.value.where, err.value.field) == ("command line", "engine.kind")
     assert "unknown engine 'hff'. Did you mean 'hf'? Known: hf, openai." == err.value.problem
+
+
+def test_vllm_instances_split_the_cores_evenly_and_need_one_each(monkeypatch) -> None:
+    from selector.serving import vllm
+
+    monkeypatch.setattr(vllm.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 6, 7})
+    assert vllm.core_shares(None, 1) is None  # one server, no threads: vLLM binds its own
+    assert vllm.core_shares(2, 1) == [[0, 1]]
+    assert vllm.core_shares(None, 3) == [[0, 1, 2], [3, 4], [6, 7]]
+    assert vllm.core_shares(4, 2) == [[0, 1], [2, 3]]
+    assert [vllm.cpu_list(c) for c in vllm.core_shares(None, 2)] == ["0-3", "4,6-7"]
+    env = vllm.environment(VllmConfig(), [4, 6, 7])
+    assert (env["VLLM_CPU_OMP_THREADS_BIND"], env["OMP_NUM_THREADS"]) == ("4,6-7", "3")
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in vllm.environment(VllmConfig(), None)
+    with pytest.raises(ConfigError, match="3 instances need a core each and threads=2 gives 2"):
+        vllm.core_shares(2, 3)
+
+
+def test_metrics_of_instances_are_summed() -> None:
+    from selector.serving import prometheus
+
+    def text(counts: tuple[int, int], total: float) -> str:
+        return ("# TYPE vllm:request_queue_time_seconds histogram\n"
+                f'vllm:request_queue_time_seconds_bucket{{le="0.1"}} {counts[0]}\n'
+                f'vllm:request_queue_time_seconds_bucket{{le="+Inf"}} {counts[1]}\n'
+                f"vllm:request_queue_time_seconds_count {counts[1]}\nvllm:request_queue_time_seconds_sum {total}\n")
+
+    one = prometheus.parse_histograms(text((2, 3), 0.5))["vllm:request_queue_time_seconds"]
+    two = prometheus.parse_histograms(text((1, 4), 2.0))["vllm:request_queue_time_seconds"]
+    both = one.plus(two)
+    assert (both.buckets, both.count, both.total) == ([(0.1, 3.0), (float("inf"), 7.0)], 7.0, 2.5)
