@@ -42,12 +42,19 @@ class Serving:
     kind: str = "inprocess"  # inprocess (the dynamic batcher) | server
     max_batch_size: int | None = None
     max_queue_delay_ms: float | None = None
+    vllm: bool = False  # a server the harness started from engine.vllm: its knobs can be named
+    max_num_seqs: int | None = None
+    instances: int | None = None
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> Serving:
         """From a RunRecord's resolved config."""
-        if (config.get("engine") or {}).get("kind") == "openai":
-            return cls("server")
+        engine = config.get("engine") or {}
+        if engine.get("kind") == "openai":
+            if engine.get("server") != "vllm":
+                return cls("server")
+            knobs = engine.get("vllm") or {}
+            return cls("server", vllm=True, max_num_seqs=knobs.get("max_num_seqs"), instances=knobs.get("instances", 1))
         load = (config.get("measure") or {}).get("load") or {}
         return cls("inprocess", load.get("max_batch_size"), load.get("max_queue_delay_ms"))
 
@@ -129,6 +136,10 @@ def headline(levels: list[LoadLevel], serving: Serving) -> Diagnosis | None:
 def _advice(layer: str, level: LoadLevel, serving: Serving, lightest: LoadLevel | None) -> str:
     conc, size, delay = level.concurrency, serving.max_batch_size, serving.max_queue_delay_ms
     if layer == "queue":
+        if serving.vllm:
+            seqs = f"now {serving.max_num_seqs}" if serving.max_num_seqs else "now vLLM's default"
+            return (f"sweep engine.vllm.max_num_seqs ({seqs}) to run more requests at once, or "
+                    f"engine.vllm.instances (now {serving.instances or 1}) to spread them over servers")
         if serving.kind == "server":
             return ("add an instance (a replica), or let the server run more requests at once "
                     "(vLLM --max-num-seqs, TGI --max-batch-size)")

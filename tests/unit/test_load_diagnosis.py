@@ -79,6 +79,10 @@ def test_a_server_split_uses_means_and_names_what_its_histograms_miss() -> None:
     assert d.dominant == "other" and "60% of mean e2e is outside the server's queue and compute" in d.text
     queued = level(16, queue_ms=pct(700, mean=700), compute=pct(250, mean=250), e2e=pct(1000, mean=1000), source="vllm")
     assert "vLLM --max-num-seqs" in diagnose(queued, Serving("server")).advice
+    # vLLM started by the harness: the advice names the knobs a sweep can vary, with their values.
+    vllm = Serving.of({"engine": {"kind": "openai", "server": "vllm", "vllm": {"max_num_seqs": 4, "instances": 2}}})
+    assert diagnose(queued, vllm).advice == ("sweep engine.vllm.max_num_seqs (now 4) to run more requests at once, "
+                                             "or engine.vllm.instances (now 2) to spread them over servers")
 
 
 def test_no_split_says_why_and_errors_come_first() -> None:
