@@ -54,6 +54,7 @@ def build_view(records: list[RunRecord], selection: Selection, context: dict[str
         "sample_size": sections.dict_table(selection.sample_size),
         "noise": sections.noise_table(selection.noise_floor),
         "agreement": sections.agreement_table(records),
+        "serving": sections.serving_table(records),
         "examples": sample_outputs.examples(records, selection, samples),
         "failures": sections.failures(records),
         "environment": sections.environment(records, context),

@@ -112,6 +112,29 @@ def agreement_table(records: list[RunRecord]) -> Table | None:
     return table
 
 
+def serving_table(records: list[RunRecord]) -> Table | None:
+    """Per variant vLLM served (engine=vllm): how it ran the weights, on how many instances and
+    cores, and how the requests spread over them (record.serving, read from its own log and /metrics)."""
+    served = [r for r in records if r.serving is not None]
+    if not served:
+        return None
+    table = Table(columns=["variant", "vLLM", "quantization", "kernel", "weights", "instances (cores)",
+                           "requests per instance", "start s"])
+    for r in served:
+        s = r.serving
+        assert s is not None
+        weights = "not quantized" if s.packed is None else "packed" if s.packed else "unpacked"
+        cores = f"{s.instances} ({' | '.join(s.cores)})" if s.cores else str(s.instances)
+        requests = " / ".join("?" if n is None else str(n) for n in s.requests) or fmt.DASH
+        table.rows.append([Cell(r.name), Cell(s.version or fmt.DASH), Cell(s.quantization or "none"),
+                           Cell(", ".join(s.kernels) or fmt.DASH), Cell(weights), Cell(cores, "num"),
+                           Cell(requests, "num"), Cell(fmt.DASH if s.start_s is None else f"{s.start_s:.0f}", "num")])
+    table.note = ("From each server's own log (the quantization method and the linear kernel it chose) and its "
+                  "/metrics (the requests each instance finished). Instances split the cores shown; requests go to "
+                  "them in turn.")
+    return table
+
+
 def failures(records: list[RunRecord]) -> list[dict[str, str]]:
     """Failed and skipped variants, with what happened and where."""
     out = []

@@ -172,6 +172,21 @@ def test_optional_sections_are_left_out_without_data(tmp_path: Path) -> None:
         assert present in html, present
     assert "No tracker was used." in html
     assert sections.CPU_NOTE not in html
+    assert 'id="serving"' not in html  # nothing was served by vLLM
+
+
+def test_how_vllm_served_each_variant(tmp_path: Path) -> None:
+    from selector.records import ServingInfo
+
+    records, selection, context = _minimal()
+    records[0].serving = ServingInfo(engine="vllm", version="0.32.0", quantization="compressed-tensors",
+                                     kernels=["CPUInt8ScaledMMLinearKernel"], packed=True, start_s=61.4, instances=2,
+                                     cores=["0", "1"], requests=[11, 12])
+    paths = write_report(records, selection, context, tmp_path)
+    md = paths["md"].read_text()
+    assert "## How vLLM served each variant" in md
+    assert "| 0.32.0 | compressed-tensors | CPUInt8ScaledMMLinearKernel | packed | 2 (0 \\| 1) | 11 / 12 | 61 |" in md
+    assert 'id="serving"' in paths["html"].read_text()
 
 
 def test_names_with_markup_and_mathtext_characters(tmp_path: Path) -> None:
