@@ -121,7 +121,7 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
     has_flips = any(v.baseline_paired for v in selection.verdicts)
     has_quant_time = any(r.quant and r.quant.quantize_s is not None for r in records)
     has_artifact = any(artifact_bytes(r) is not None for r in records)
-    has_kernel = any(r.kernel for r in records)
+    has_kernel = any(r.kernel or r.serving for r in records)
     columns = ["variant", "params", "precision", "verdict"]
     for t in tasks:
         floor = task_floor(selection, t)
@@ -209,8 +209,15 @@ def _planned_cell(record: RunRecord, measured: int | None) -> Cell:
 
 
 def kernel_cell(record: RunRecord) -> Cell:
-    """The kernel that ran the variant: a broken or unpacked kernel can pass for accuracy loss."""
+    """The kernel that ran the variant: a broken or unpacked kernel can pass for accuracy loss.
+    A variant vLLM served shows vLLM's kernel (its accuracy and speed are the server's)."""
     k = record.kernel
+    if record.serving is not None:
+        s = record.serving
+        text = f"{', '.join(s.kernels)} (vLLM)" if s.kernels else "vLLM, not quantized"
+        in_process = f"in-process (fidelity, weights): {k.kernel}{' unpacked' if k.unpacked else ''}" if k else ""
+        return Cell(text, "below" if s.packed is False else "",
+                    "; ".join(x for x in (f"vLLM {s.version}: {s.quantization or 'no quantization'}", in_process) if x))
     if k is None:
         return Cell(fmt.DASH, "muted")
     shown = (k.weight_class or k.linear_class).rsplit(".", 1)[-1]

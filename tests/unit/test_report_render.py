@@ -187,6 +187,8 @@ def test_how_vllm_served_each_variant(tmp_path: Path) -> None:
     assert "## How vLLM served each variant" in md
     assert "| 0.32.0 | compressed-tensors | CPUInt8ScaledMMLinearKernel | packed | 2 (0 \\| 1) | 11 / 12 | 61 |" in md
     assert 'id="serving"' in paths["html"].read_text()
+    # The variants table's kernel is vLLM's for a served variant, not the in-process copy's.
+    assert "| CPUInt8ScaledMMLinearKernel (vLLM) |" in md
 
 
 def test_names_with_markup_and_mathtext_characters(tmp_path: Path) -> None:
