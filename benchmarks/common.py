@@ -216,17 +216,21 @@ def load_selector_model(cfg: Any) -> tuple[Any, Any, float]:
     return resolved, loaded, time.perf_counter() - start
 
 
-def write_results(stem: str, data: dict[str, Any], markdown: str, out_dir: Path = RESULTS_DIR) -> tuple[Path, Path]:
+def write_results(stem: str, data: dict[str, Any], markdown: str, out_dir: Path = RESULTS_DIR,
+                  cache_dir: str | None = None) -> tuple[Path, Path]:
     """benchmarks/results/<stem>.json and .md (the latest run of this benchmark and model)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    json_path.write_text(redact(json.dumps(data, indent=1, ensure_ascii=False, default=str)) + "\n", encoding="utf-8")
-    md_path.write_text(redact(markdown), encoding="utf-8")
+    json_path.write_text(redact(json.dumps(data, indent=1, ensure_ascii=False, default=str), cache_dir) + "\n",
+                         encoding="utf-8")
+    md_path.write_text(redact(markdown, cache_dir), encoding="utf-8")
     return json_path, md_path
 
 
-def redact(text: str) -> str:
-    """Results are committed: local paths become the repo-relative or ~ form."""
+def redact(text: str, cache_dir: str | None = None) -> str:
+    """Results are committed: local paths become the repo-relative, <cache_dir> or ~ form."""
+    if cache_dir:
+        text = text.replace(str(Path(cache_dir).resolve()), "<cache_dir>").replace(str(cache_dir), "<cache_dir>")
     return text.replace(str(REPO_ROOT) + "/", "").replace(str(Path.home()), "~")
 
 

