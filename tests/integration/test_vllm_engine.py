@@ -134,7 +134,9 @@ def test_two_instances_split_the_cores_share_the_requests_and_serve_w8a8(setup: 
     serving = record["serving"]
     # vLLM's 8-bit: the W8A8 checkpoint selector wrote, run by its int8 GEMM kernel.
     assert serving["quantization"] == "compressed-tensors" and serving["packed"] is True
-    assert serving["kernels"] == ["CPUInt8ScaledMMLinearKernel"] and serving["schemes"] == ["CompressedTensorsW8A8Int8"]
+    # (the kernel class is the CPU's choice: CPUInt8ScaledMMLinearKernel on the AVX-512 machines measured)
+    (kernel,) = serving["kernels"]
+    assert "Int8" in kernel and serving["schemes"] == ["CompressedTensorsW8A8Int8"]
     # Two servers, one core each (the first two this process may use), each with its own log.
     cores = sorted(os.sched_getaffinity(0))[:2]
     assert serving["instances"] == 2 and serving["cores"] == [str(c) for c in cores]
