@@ -62,7 +62,10 @@ def normalize(overrides: list[str]) -> list[str]:
             continue
         key = raw.split("=", 1)[0]
         parent = key.rsplit(".", 1)[0] if "." in key else ""
-        out.append(f"++{raw}" if key in MAP_FIELDS or parent in MAP_FIELDS else raw)
+        # engine.*: each engine kind has settings of its own, typed and checked (with a
+        # did-you-mean) by selector.validate rather than refused by Hydra's struct mode.
+        mine = key in MAP_FIELDS or parent in MAP_FIELDS or key.startswith("engine.")
+        out.append(f"++{raw}" if mine else raw)
     return out
 
 
@@ -251,9 +254,12 @@ def config_from_dict(data: dict[str, Any]) -> SelectorConfig:
     keys a newer or older selector wrote that this schema lacks are left out."""
     from omegaconf import OmegaConf
 
+    from selector.validate import typed_engine
+
     known = {k: v for k, v in data.items() if k in SelectorConfig.__dataclass_fields__}
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SelectorConfig), known))
     assert isinstance(cfg, SelectorConfig)
+    cfg.engine = typed_engine(cfg.engine)
     return cfg
 
 

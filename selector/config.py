@@ -77,55 +77,6 @@ class EvalsetConfig:
 
 
 @dataclass
-class VllmConfig:
-    """engine=vllm: how the harness starts vLLM's OpenAI-compatible server per variant
-    (selector/serving/vllm.py). The knobs (max_num_seqs, max_num_batched_tokens, instances) may be swept."""
-
-    # The Python that has vLLM installed. null: $SELECTOR_VLLM_PYTHON, else .venv-vllm/bin/python in
-    # the checkout (`make vllm` creates it), else `python` on PATH if it can import vllm.
-    python: Optional[str] = None
-    kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE: the KV cache vLLM reserves on CPU, in GiB
-    enforce_eager: bool = False  # skip torch.compile at start-up (tests); deployments compile
-    max_num_seqs: Optional[int] = None  # --max-num-seqs: requests batched at once (null: vLLM's default)
-    max_num_batched_tokens: Optional[int] = None  # --max-num-batched-tokens per scheduler step
-    max_model_len: Optional[int] = None  # --max-model-len (null: the model's own)
-    # Servers per variant on this machine, the cores (`threads`, else all) split evenly between them
-    # and the requests spread over them round-robin: the multi-instance CPU deployment.
-    instances: int = 1
-    args: list[str] = field(default_factory=list)  # further flags, passed as given, e.g. [--seed, "1"]
-
-
-@dataclass
-class EngineConfig:
-    kind: str = "hf"  # hf | openai
-    # openai engine: `vllm` when the harness starts vLLM itself from engine.vllm (engine=vllm);
-    # null: server_command (any server, from a template) or base_url (attached)
-    server: Optional[str] = None
-    vllm: VllmConfig = field(default_factory=VllmConfig)
-    # a server the harness starts: also evaluate the same checkpoint in-process (transformers) before
-    # the server starts, and record per task how many answers differ (record.agreement)
-    compare_in_process: bool = False
-    batch_size: int = 8
-    max_batch_tokens: int = 16384  # cap on padded tokens per batch, so long prompts get smaller batches
-    # hf engine: static KV cache + torch.compile'd decode step (engines/fast.py). auto: on for CUDA,
-    # off for CPU; on: also on CPU, and a failing compile fails the variant. A string: quote it
-    # in YAML ('on'), where a bare on/off reads as true/false (also accepted).
-    compile: str = "auto"
-    # openai engine
-    base_url: Optional[str] = None
-    api_key_env: Optional[str] = None  # name of the env var holding the key (never the key itself)
-    # template started per variant, e.g. "vllm serve {model_path} --host {host} --port {port}"; placeholders:
-    # {model_path} {port} {host} {dtype} {served_model} (see docs/load-testing.md)
-    server_command: Optional[str] = None
-    ready_timeout_s: float = 600.0
-    stop_timeout_s: float = 20.0  # SIGTERM to the server's process group, then SIGKILL after this long
-    request_timeout_s: float = 300.0
-    served_model: Optional[str] = None
-    chat: bool = True  # use /v1/chat/completions for chat-style prompts
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class LatencyConfig:
     enabled: bool = True
     warmup: int = 2
@@ -246,7 +197,9 @@ class SelectorConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     evalset: EvalsetConfig = field(default_factory=EvalsetConfig)
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    # An engine kind's own config (selector/engines: engine/<name>.yaml names its `kind`); composed
+    # as a plain mapping, then typed by validate against that kind's dataclass.
+    engine: Any = field(default_factory=lambda: {"kind": "hf"})
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)

@@ -222,6 +222,13 @@ class MemoryResult(StrictModel):
     cuda_max_reserved_bytes: int | None = None
     artifact_bytes: int | None = None  # on-disk size of the checkpoint that was loaded
     planned_serving_bytes: int | None = None  # plan's estimate of the serving peak (weights, KV, activations, runtime)
+    # A server's (selector/serving/footprint.py): `serving` is what the variant needs at the load it
+    # was tested under (the footprint with the preallocated KV pool replaced by the part of it in
+    # use at the peak); the footprint is what its processes held, pool and all.
+    footprint: PeakMemory | None = None
+    kv_pool_bytes: int | None = None  # the KV cache the server preallocated (every instance's)
+    kv_peak_bytes: int | None = None  # the part of it in use at the peak (the server's own gauge)
+    weights_source: str = "tensors"  # tensors: counted in memory (in-process); checkpoint: its files at the served dtype
 
 
 class KernelInfo(StrictModel):
@@ -289,6 +296,9 @@ class FidelityResult(StrictModel):
     mean_kl: float
     top1_agreement: float
     positions: int
+    # full: the variant's whole next-token distribution (in-process); top-N: the N most likely
+    # tokens a server returns per position (a coarser, still lower, bound: selector/measure/fidelity.py)
+    method: str = "full"
 
 
 class ErrorInfo(StrictModel):

@@ -25,6 +25,7 @@ def validate(cfg: DictConfig, origin: Origin = Origin()) -> SelectorConfig:
         key = getattr(e, "full_key", "") or ""
         raise origin.error(key, _first_line(e)) from None
     assert isinstance(obj, SelectorConfig)
+    obj.engine = typed_engine(obj.engine, origin)
     unknown = _unknown_keys(obj)
     if unknown:
         key, cls = unknown
@@ -42,14 +43,6 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("threads", lambda v: v >= 1, "a positive number of threads (or null for all cores)"),
     ("time_limit_s", lambda v: v > 0, "a positive number of seconds (or null for no limit)"),
     ("memory_limit_gb", lambda v: v > 0, "a positive number of GB (or null for no limit)"),
-    ("engine.batch_size", lambda v: v >= 1, "at least 1"),
-    ("engine.max_batch_tokens", lambda v: v >= 1, "at least 1"),
-    ("engine.server", lambda v: v == "vllm", "vllm or null"),
-    ("engine.vllm.kv_cache_gib", lambda v: v > 0, "a positive number of GiB"),
-    ("engine.vllm.max_num_seqs", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
-    ("engine.vllm.max_num_batched_tokens", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
-    ("engine.vllm.max_model_len", lambda v: v >= 1, "at least 1 (or null for the model's own)"),
-    ("engine.vllm.instances", lambda v: v >= 1, "at least 1"),
     ("evalset.limit", lambda v: v >= 1, "at least 1 item per task (or null for all)"),
     ("calibration.num_samples", lambda v: v >= 1, "at least 1"),
     ("calibration.seq_len", lambda v: v >= 1, "at least 1"),
@@ -73,6 +66,36 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("policy.traffic_rps", lambda v: v > 0, "a positive rate in requests/s"),
     ("policy.cost_per_hour", lambda v: v > 0, "a positive price per machine-hour"),
 )
+
+
+def typed_engine(data: Any, origin: Origin = Origin()) -> Any:
+    """The engine config as its kind's own dataclass (selector/engines): a setting the kind does not
+    have is named with the kind that has it, or a did-you-mean; its numbers checked as above."""
+    from selector.engines import engine_class, unknown_key, upgrade
+    from selector.registry import UnknownNameError
+
+    if dataclasses.is_dataclass(data):
+        return data
+    data = upgrade(dict(OmegaConf.to_container(data, resolve=True) if isinstance(data, DictConfig) else data))
+    kind = str(data.get("kind", "hf"))
+    try:
+        cls = engine_class(kind)
+    except UnknownNameError as e:
+        raise origin.error("engine.kind", str(e)) from None
+    unknown = unknown_key(kind, data)
+    if unknown:
+        raise origin.error(f"engine.{unknown[0]}", unknown[1])
+    try:
+        obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Config), data))
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", "") or ""
+        raise origin.error(f"engine.{key}" if key else "engine", _first_line(e)) from None
+    for rule in (*cls.ranges, *(r for r in cls.knobs if r.key.startswith("engine."))):
+        key = rule.key.removeprefix("engine.")
+        value = _get(obj, key)
+        if value is not None and not rule.ok(value):
+            raise origin.error(f"engine.{key}", f"must be {rule.rule}, got {value!r}")
+    return obj
 
 
 def _get(obj: Any, dotted: str) -> Any:

@@ -106,6 +106,9 @@ def shipped_precision(name: str, **params: Any) -> PrecisionConfig:
 def selector_config(cache_dir: str | Path, model: ModelConfig | str = "tiny",
                     precision: PrecisionConfig | str = "bf16", **fields: Any) -> SelectorConfig:
     """One variant's config; a model given by name is a bare ModelConfig, a precision by name the shipped one."""
+    from selector.engines.inprocess import HfEngineConfig
+
+    fields.setdefault("engine", HfEngineConfig())
     return SelectorConfig(model=ModelConfig(name=model) if isinstance(model, str) else model,
                           precision=shipped_precision(precision) if isinstance(precision, str) else precision,
                           cache_dir=str(cache_dir), **fields)

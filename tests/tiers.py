@@ -21,7 +21,7 @@ QUANT_MODULES = tuple(dict.fromkeys(m for modules in QUANT_BY_BACKEND.values() f
 
 def missing_vllm() -> str | None:
     """Why a real vLLM server cannot start here (the one line selector itself prints), or None."""
-    from selector.config import VllmConfig
+    from selector.engines.vllm import VllmConfig
     from selector.errors import ConfigError
     from selector.serving.vllm import python_for
 

@@ -1,8 +1,10 @@
-"""What every engine offers: batched generation and log-likelihood scoring.
+"""What every engine evaluates with: batched generation and log-likelihood scoring.
 
 A prompt is either plain text (completion-style, for base models) or a list of chat messages
 ({"role": ..., "content": ...}); the engine renders messages with the model's chat template
-(in-process) or sends them to a chat endpoint (servers).
+(in-process) or sends them to a chat endpoint (servers). A measurement's synthetic prompt may
+instead be given as token ids (exactly that many tokens), which every engine that has the
+tokenizer, and vLLM, take as they are.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ class GenerationRequest:
     prompt: Prompt
     max_new_tokens: int
     stop: list[str] = field(default_factory=list)
+    # A measurement's fixed-length prompt: these ids are sent instead of rendering `prompt`
+    # (which keeps a readable text of them, for an engine that takes text only).
+    token_ids: list[int] | None = None
+    # Generate exactly max_new_tokens (a latency or throughput run: every run does the same work).
+    ignore_eos: bool = False
 
 
 @dataclass
@@ -42,7 +49,9 @@ class Loglikelihood:
     is_greedy: bool  # whether greedy decoding would have produced exactly this continuation
 
 
-class Engine(Protocol):
+class Evaluator(Protocol):
+    """What the evaluation calls (selector.tasks.evaluate): a running engine, or one rebatched."""
+
     name: str
 
     def generate(

@@ -15,6 +15,7 @@ each chunk, end) are taken here, in the client, as a user would see them.
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import json
 import time
@@ -68,6 +69,7 @@ class OpenAIEngine:
         timeout_s: float = 300.0,
         params: dict[str, Any] | None = None,
         chat_renderer: Callable[[Messages], str] | None = None,
+        extensions: bool = False,
     ) -> None:
         # Several base URLs: instances of one model, requests spread over them round-robin.
         self.base_urls = [u.rstrip("/") for u in ([base_url] if isinstance(base_url, str) else base_url)]
@@ -77,6 +79,16 @@ class OpenAIEngine:
         self.timeout_s, self.params = timeout_s, dict(params or {})
         self.chat_renderer = chat_renderer  # the model's own chat template, for log-likelihoods
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}  # never logged
+        # vLLM's extensions to the API: prompts as token ids, ignore_eos, prompt log-probabilities
+        # by token id. Another server gets the text and standard fields only.
+        self.extensions = extensions
+
+    def with_concurrency(self, concurrency: int) -> OpenAIEngine:
+        """The same client sending `concurrency` evaluation requests at once."""
+        other = copy.copy(self)
+        other.concurrency = max(1, concurrency)
+        other._next_base = itertools.cycle(self.base_urls)
+        return other
 
     @property
     def root_url(self) -> str:
@@ -109,7 +121,12 @@ class OpenAIEngine:
             body["stop"] = list(request.stop)
         if stream:
             body["stream_options"] = {"include_usage": True}
-        if isinstance(request.prompt, str):
+        if request.ignore_eos and self.extensions:
+            body["ignore_eos"] = True
+        if request.token_ids is not None and self.extensions:
+            body["prompt"] = list(request.token_ids)
+            path = "/completions"
+        elif isinstance(request.prompt, str):
             body["prompt"] = request.prompt
             path = "/completions"
         elif self.chat:
@@ -207,6 +224,27 @@ class OpenAIEngine:
                                       "folder; set model.prompt_style=plain or use engine.server_command")
         return self.chat_renderer(context)
 
+    # ---- prompt log-probabilities ----------------------------------------------------------
+    async def prompt_logprobs(self, prompts: list[list[int]], k: int) -> list[list[dict[int, float]]]:
+        """Per prompt (token ids): for each position, the server's `k` most likely next tokens and
+        their log-probabilities ({token id: logprob}), the last position's from one generated
+        token. Needs a server that takes token-id prompts and names tokens by id (vLLM)."""
+        gate = asyncio.Semaphore(self.concurrency)
+        async with self.client(self.concurrency) as client:
+
+            async def one(ids: list[int]) -> list[dict[int, float]]:
+                body: dict[str, Any] = {"prompt": list(ids), "max_tokens": 1, "temperature": 0.0, "echo": True,
+                                        "logprobs": k, "return_tokens_as_token_ids": True}
+                if self.model:
+                    body["model"] = self.model
+                async with gate:
+                    data = await self._post(client, next(self._next_base) + "/completions", body)
+                top = (((data.get("choices") or [{}])[0]).get("logprobs") or {}).get("top_logprobs") or []
+                # top[i] is the distribution token i was drawn from: top[1:] are positions 0 .. n-1.
+                return [{_token_id(t): float(v) for t, v in (entry or {}).items()} for entry in top[1:]]
+
+            return list(await asyncio.gather(*(one(p) for p in prompts)))
+
     # ---- plumbing ------------------------------------------------------------------------
     def _run_all(self, items: list[T], one: Callable[[httpx.AsyncClient, T], Awaitable[R]],
                  progress: Progress | None) -> list[R]:
@@ -277,3 +315,10 @@ def continuation_score(offsets: list[int], token_lp: list[float | None], top: li
         if alternatives and value < max(alternatives.values()) - 1e-6:
             greedy = False
     return Loglikelihood(logprob=logprob, tokens=len(picked), is_greedy=greedy)
+
+
+def _token_id(name: str) -> int:
+    """vLLM names a token "token_id:123" when asked to (return_tokens_as_token_ids)."""
+    if not name.startswith("token_id:"):
+        raise ServerError(f"the server named a token {name!r}, not by its id")
+    return int(name[len("token_id:"):])

@@ -12,10 +12,16 @@ missing, the variant's preparation process (sweep/prepare.py, `ensure_reference`
 baseline, writes the file and exits before the variant loads, so the baseline's memory never
 counts as the variant's. Each variant reports:
 
-- mean KL(baseline || variant) over the K+1 buckets "each of the baseline's top-k tokens" and "all
-  other tokens". This is exact for those bucketed distributions and, by the log-sum inequality
-  (merging outcomes never increases KL), a lower bound of the full-vocabulary KL; with k=256 the
-  rest bucket usually holds well under 1% of the mass, so the bound is tight in practice.
+- mean KL(baseline || variant) over the buckets "each of the baseline's top-k tokens the variant's
+  distribution names" and "all other tokens". Bucketing is exact for the bucketed distributions
+  and, by the log-sum inequality (merging outcomes never increases KL), a lower bound of the
+  full-vocabulary KL. In-process the variant gives its whole distribution, so every one of the
+  baseline's top-256 tokens is a bucket and the rest bucket usually holds well under 1% of the
+  mass: the bound is tight. A server gives its top `max_logprobs` (vLLM: 20) per position, so the
+  buckets are the baseline's top-256 tokens that are also among the variant's top 20, plus the rest
+  (both sides' rest masses are known exactly: one minus what the buckets hold). That coarser
+  bound is what `FidelityResult.method` = "top-20" marks; docs/precisions.md gives its measured gap
+  to the full-vocabulary figure.
 - top-1 agreement: how often the variant's most likely next token is the baseline's.
 
 The baseline itself gets None (there is nothing to compare it with), not KL 0.
@@ -30,7 +36,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from selector.config import SelectorConfig, to_dict
 from selector.records import FidelityResult
@@ -54,31 +60,36 @@ class Reference:
     rest: Any  # float32 [positions]: log of the probability mass outside the top-k
 
 
-def measure_fidelity(loaded: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> FidelityResult | None:
-    """KL and top-1 agreement of `loaded` against the baseline's reference file; None for the
-    baseline itself (it writes the file) and when there is no file (`ensure_reference` makes it)."""
-    from selector.engines.hf import HFEngine
+def measure_fidelity(running: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> FidelityResult | None:
+    """KL and top-1 agreement of the variant, through the engine that serves it, against the
+    baseline's reference file; None for the baseline itself (in-process it writes the file) and when
+    there is no file (`ensure_reference` makes it) or the engine gives no log-probabilities."""
+    from selector.errors import UnavailableError
 
-    engine = HFEngine(loaded.model, loaded.tokenizer)
-    probes = probe_token_ids(engine, tasks, cfg)
+    probes = probe_token_ids(running, tasks, cfg)
     if not probes:
         log.warning("fidelity: no probe prompts; skipped")
         return None
     path = reference_path(cfg, probes)
     if cfg.precision.name == cfg.baseline_precision:
-        if not path.exists():
-            save_reference(path, reference_from(loaded.model, probes))
+        if not path.exists() and running.max_logprobs is None:  # the whole distribution: the reference itself
+            save_reference(path, reference_from(t.logp for t in running.token_logprobs(probes, PROBE_POSITIONS)))
         return None
     ref = load_reference(path)
     if ref is None:  # its preparation could not make one (said in its log): no figure rather than a second model here
         log.warning("fidelity: no reference of %s/%s in the cache; skipped", cfg.model.name, cfg.baseline_precision)
         return None
-    kl, agree = compare_model(ref, loaded.model, probes)
+    try:
+        kl, agree = compare_all(ref, running.token_logprobs(probes, PROBE_POSITIONS))
+    except UnavailableError as e:
+        log.warning("fidelity: %s; skipped", e)
+        return None
     return FidelityResult(
         baseline=f"{cfg.model.name}/{cfg.baseline_precision}",
         mean_kl=float(kl.mean()),
         top1_agreement=float(agree.float().mean()),
         positions=int(kl.numel()),
+        method="full" if running.max_logprobs is None else f"top-{running.max_logprobs}",
     )
 
 
@@ -141,8 +152,9 @@ def reference_path(cfg: SelectorConfig, probes: list[list[int]]) -> Path:
 
 
 # ---- distributions ------------------------------------------------------------------------------
-def _probe_logprobs(model: Any, probes: list[list[int]]) -> Iterator[Any]:
-    """Per probe: float32 log-probabilities [positions, vocab] at its last PROBE_POSITIONS.
+def probe_logprobs(model: Any, probes: list[list[int]], positions: int = PROBE_POSITIONS) -> Iterator[Any]:
+    """Per probe: float32 log-probabilities [positions, vocab] of an in-process model at its last
+    `positions` positions.
 
     One probe at a time, unpadded: the numbers are exactly those of a single-sequence forward, and
     only one probe's distributions are held at once (a 262k-token vocabulary makes them large).
@@ -152,7 +164,7 @@ def _probe_logprobs(model: Any, probes: list[list[int]]) -> Iterator[Any]:
     device = next(model.parameters()).device
     # Only the last positions go through the vocabulary projection (Gemma 3's has 262k rows); a
     # model class without logits_to_keep computes them all and is sliced.
-    keep = {"logits_to_keep": PROBE_POSITIONS}
+    keep = {"logits_to_keep": positions}
     with torch.inference_mode():
         for ids in probes:
             input_ids = torch.tensor([ids], device=device)
@@ -161,14 +173,15 @@ def _probe_logprobs(model: Any, probes: list[list[int]]) -> Iterator[Any]:
             except TypeError:
                 keep = {}
                 logits = model(input_ids=input_ids).logits
-            yield torch.log_softmax(logits[0, -PROBE_POSITIONS:].float(), dim=-1).cpu()
+            yield torch.log_softmax(logits[0, -positions:].float(), dim=-1).cpu()
 
 
-def reference_from(model: Any, probes: list[list[int]]) -> Reference:
+def reference_from(distributions: Iterable[Any]) -> Reference:
+    """The reference from the baseline's whole next-token distributions, probe by probe."""
     import torch
 
     ids, logps, rests = [], [], []
-    for logp in _probe_logprobs(model, probes):
+    for logp in distributions:
         top = logp.topk(min(TOP_K, logp.shape[-1]), dim=-1)
         ids.append(top.indices.to(torch.int64))
         logps.append(top.values)
@@ -176,17 +189,18 @@ def reference_from(model: Any, probes: list[list[int]]) -> Reference:
     return Reference(torch.cat(ids), torch.cat(logps), torch.cat(rests))
 
 
-def compare_model(ref: Reference, model: Any, probes: list[list[int]]) -> tuple[Any, Any]:
-    """Per-position KL and agreement of `model` against the reference, probe by probe."""
+def compare_all(ref: Reference, variant: Iterable[Any]) -> tuple[Any, Any]:
+    """Per-position KL and agreement of the variant's distributions (TopLogprobs, probe by probe,
+    whole or top-k) against the reference."""
     import torch
 
     kls, agrees, start = [], [], 0
-    for logq in _probe_logprobs(model, probes):
-        end = start + logq.shape[0]
+    for got in variant:
+        end = start + got.logp.shape[0]
         if end > ref.ids.shape[0]:
             raise ValueError("the variant has more probe positions than the baseline reference")
         part = Reference(ref.ids[start:end], ref.logp[start:end], ref.rest[start:end])
-        kl, agree = compare(part, logq)
+        kl, agree = compare(part, got.logp) if got.ids is None else compare_top(part, got.ids, got.logp)
         kls.append(kl)
         agrees.append(agree)
         start = end
@@ -204,14 +218,45 @@ def compare(ref: Reference, logq: Any) -> tuple[Any, Any]:
 
     q_top = logq.gather(-1, ref.ids)
     q_rest = logq.scatter(-1, ref.ids, float("-inf")).logsumexp(-1)
-    p_top = ref.logp
-    kl_top = (p_top.exp() * (p_top - q_top)).sum(-1)
-    p_rest_mass = ref.rest.exp()
-    # 0 * log(0/q) = 0: a rest bucket the baseline gives no mass contributes nothing.
-    kl_rest = torch.where(p_rest_mass > 0, p_rest_mass * (ref.rest - q_rest), torch.zeros_like(p_rest_mass))
-    kl = (kl_top + kl_rest).clamp_min(0.0)  # tiny negative values are float rounding
+    kl = _bucketed_kl(ref.logp, q_top, ref.rest, q_rest, torch.ones_like(q_top, dtype=torch.bool))
     agree = logq.argmax(-1) == ref.ids[:, 0]
     return kl, agree
+
+
+def compare_top(ref: Reference, ids: Any, logq: Any) -> tuple[Any, Any]:
+    """The same with only the variant's top-k per position known (a server's log-probabilities):
+    the buckets are the baseline's top tokens among them, plus everything else on both sides."""
+    import torch
+
+    match = ref.ids.unsqueeze(-1) == ids.unsqueeze(-2)  # [positions, K_ref, k]: the same token
+    known = match.any(-1)
+    q_top = torch.where(match, logq.unsqueeze(-2), torch.full_like(logq.unsqueeze(-2), float("-inf"))).amax(-1)
+    p_in = torch.where(known, ref.logp, torch.full_like(ref.logp, float("-inf")))
+    p_rest = _log1m_exp(torch.logsumexp(p_in, -1))
+    q_rest = _log1m_exp(torch.logsumexp(torch.where(known, q_top, torch.full_like(q_top, float("-inf"))), -1))
+    kl = _bucketed_kl(ref.logp, q_top, p_rest, q_rest, known)
+    agree = ids[:, 0] == ref.ids[:, 0]
+    return kl, agree
+
+
+def _log1m_exp(x: Any) -> Any:
+    """log(1 - exp(x)) for x <= 0 (the log of the mass outside a set whose log-mass is x)."""
+    import torch
+
+    x = x.clamp(max=-1e-7)
+    return torch.where(x > -0.693, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+
+
+def _bucketed_kl(p_top: Any, q_top: Any, p_rest: Any, q_rest: Any, buckets: Any) -> Any:
+    """KL over the bucket tokens (where `buckets`) and one rest bucket, per position."""
+    import torch
+
+    zero = torch.zeros_like(p_top)
+    kl_top = torch.where(buckets, p_top.exp() * (p_top - q_top), zero).sum(-1)
+    p_rest_mass = p_rest.exp()
+    # 0 * log(0/q) = 0: a rest bucket the baseline gives no mass contributes nothing.
+    kl_rest = torch.where(p_rest_mass > 0, p_rest_mass * (p_rest - q_rest), torch.zeros_like(p_rest_mass))
+    return (kl_top + kl_rest).clamp_min(0.0)  # tiny negative values are float rounding
 
 
 # ---- the reference file -------------------------------------------------------------------------
@@ -260,13 +305,11 @@ def ensure_reference(cfg: SelectorConfig, tasks: Sequence[Any], device: str, bas
         log.warning("fidelity: could not load the baseline %s (%s: %s); skipped", precision.name, type(e).__name__, e)
         return f"no fidelity reference: loading {precision.name} failed ({type(e).__name__})"
     try:
-        from selector.engines.hf import HFEngine
-
-        probes = probe_token_ids(HFEngine(baseline.model, baseline.tokenizer), tasks, cfg)
+        probes = probe_token_ids(PromptEncoder(baseline.tokenizer), tasks, cfg)
         path = reference_path(cfg, probes)
         if probes and not path.is_file():
             log.info("fidelity: computing the reference of %s/%s", cfg.model.name, precision.name)
-            save_reference(path, reference_from(baseline.model, probes))
+            save_reference(path, reference_from(probe_logprobs(baseline.model, probes)))
         return f"fidelity reference of {cfg.model.name}/{precision.name} in {path.name}"
     finally:
         del baseline

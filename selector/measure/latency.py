@@ -1,82 +1,107 @@
-"""Single-request latency and batched throughput of an in-process model.
+"""Latency at concurrency 1 and throughput at fixed batch sizes, through the running engine's own
+`send` (engines/spec.py), so every engine is timed the same way: a served variant by the server it
+runs in, an in-process one by its dynamic batcher (a batch of one for latency, the batch size at
+once for throughput).
 
-With the engine's fast path (`fast`, engines/fast.py: static cache + compiled decode step), every
-shape that is timed is compiled first, outside the timed runs; the time that took is the fast
-path's `compile_s`, reported apart.
+The prompt is `prompt_tokens` tokens of ordinary English, sent as token ids where the engine takes
+them (in-process, vLLM), and every request generates exactly `new_tokens` tokens (end-of-sequence
+ignored): every run does the same work. Warm-up runs come first and are not counted; a compiled
+fast path is compiled for each shape before anything is timed (its time is reported apart).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-import torch
+from typing import Any
 
 from selector.config import LatencyConfig, ThroughputConfig
+from selector.engines.base import GenerationRequest
+from selector.engines.spec import Batching
+from selector.measure.load_driver import Channel, drive_level, level_duration
 from selector.measure.percentiles import summarize
-from selector.measure.timing import synthetic_prompt, timed_generate
+from selector.measure.timing import FILLER, synthetic_prompt
 from selector.records import LatencyResult, ThroughputPoint
 
+MAX_RUN_S = 1800.0  # one latency or throughput run; a server that stops answering fails the stage
 
-def measure_latency(model: Any, tokenizer: Any, cfg: LatencyConfig, tick: Callable[[], None] | None = None,
-                    fast: Any = None) -> LatencyResult:
-    device = next(model.parameters()).device
-    ids = torch.tensor([synthetic_prompt(tokenizer, cfg.prompt_tokens)], device=device)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    if fast is not None:
-        fast.warm(ids, cfg.new_tokens, pad)  # compile outside the timed runs
-    ttft, tpot, e2e = [], [], []
-    for run in range(cfg.warmup + cfg.repeats):
-        t0, stamps = timed_generate(model, ids, cfg.new_tokens, pad, fast)
-        if tick:
-            tick()
-        if run < cfg.warmup:  # warm-up: allocator, kernels and caches settle
-            continue
-        steps = stamps[:-1]  # the last stamp is the end of generate()
-        ttft.append((steps[0] - t0) * 1e3)
-        if len(steps) > 1:
-            tpot.append((steps[-1] - steps[0]) * 1e3 / (len(steps) - 1))
-        e2e.append((stamps[-1] - t0) * 1e3)
+
+def fixed_requests(running: Any, prompt_tokens: int, new_tokens: int, n: int) -> list[GenerationRequest]:
+    """n prompts of exactly prompt_tokens tokens (rotated so rows differ), each generating exactly
+    new_tokens; as text of about that length where the engine has no tokenizer here."""
+    out = []
+    for row in range(n):
+        if running.tokenizer is not None:
+            ids = synthetic_prompt(running.tokenizer, prompt_tokens, variant=7 * row)
+            text = running.tokenizer.decode(ids)
+            out.append(GenerationRequest(text, new_tokens, token_ids=ids if running.token_ids else None,
+                                         ignore_eos=True))
+        else:
+            words = (FILLER * (2 + prompt_tokens // 20)).split()
+            out.append(GenerationRequest(" ".join(words[row:row + prompt_tokens * 3 // 4]), new_tokens, ignore_eos=True))
+    return out
+
+
+async def _timed(channel: Channel, requests: list[GenerationRequest], concurrency: int) -> list[Any]:
+    traces = await drive_level(channel.send, requests, concurrency=concurrency, max_duration_s=MAX_RUN_S)
+    failed = [t for t in traces if not t.ok]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(traces)} timed requests failed; the first: {failed[0].error}")
+    return traces
+
+
+def measure_latency(running: Any, cfg: LatencyConfig) -> LatencyResult:
+    """One request at a time: time to first token, the mean gap between its tokens, end to end."""
+    from selector.measure.traffic import on_engine
+
+    (request,) = fixed_requests(running, cfg.prompt_tokens, cfg.new_tokens, 1)
+    if request.token_ids is not None:
+        running.warm([request.token_ids], cfg.new_tokens)
+
+    async def body(channel: Channel) -> list[Any]:
+        await _timed(channel, [request] * cfg.warmup, 1)  # allocator, kernels and caches settle
+        return await _timed(channel, [request] * cfg.repeats, 1)
+
+    traces = on_engine(running, Batching(1, 0.0), body)
+    tpot = [t.itl_mean_ms for t in traces if t.itl_mean_ms is not None]
     return LatencyResult(
-        ttft_ms=summarize(ttft),
+        ttft_ms=summarize([t.ttft_ms for t in traces if t.ttft_ms is not None] or [0.0]),
         tpot_ms=summarize(tpot or [0.0]),
-        e2e_ms=summarize(e2e),
+        e2e_ms=summarize([t.e2e_ms for t in traces]),
         prompt_tokens=cfg.prompt_tokens,
         output_tokens=cfg.new_tokens,
         repeats=cfg.repeats,
     )
 
 
-def measure_throughput(model: Any, tokenizer: Any, cfg: ThroughputConfig, tick: Callable[[], None] | None = None,
-                       fast: Any = None, latency: LatencyResult | None = None) -> list[ThroughputPoint]:
-    """Output tokens per second at each batch size. Batch 1 with the latency runs' own prompt and
-    length is what those runs already timed: it is read off them instead of generated again."""
-    device = next(model.parameters()).device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+def measure_throughput(running: Any, cfg: ThroughputConfig, latency: LatencyResult | None = None) -> list[ThroughputPoint]:
+    """Output tokens per second with `batch` requests sent at once, at each batch size (the median
+    of `repeats` runs after one warm-up run). Batch 1 with the latency runs' own prompt and length
+    is what those runs already timed: it is read off them instead of sent again."""
+    from selector.measure.traffic import on_engine
+
     points = []
-    for bs in cfg.batch_sizes:
-        if bs == 1 and latency is not None and (latency.prompt_tokens, latency.output_tokens) == (
+    for batch in cfg.batch_sizes:
+        if batch == 1 and latency is not None and (latency.prompt_tokens, latency.output_tokens) == (
                 cfg.prompt_tokens, cfg.new_tokens):
             wall = latency.e2e_ms.p50 / 1e3
             points.append(ThroughputPoint(batch_size=1, output_tokens_per_s=cfg.new_tokens / wall,
                                           requests_per_s=1 / wall, wall_s=wall))
             continue
-        ids = torch.tensor([synthetic_prompt(tokenizer, cfg.prompt_tokens, variant=7 * r) for r in range(bs)], device=device)
-        if fast is not None:
-            fast.warm(ids, cfg.new_tokens, pad)  # compile outside the timed runs
-        timed_generate(model, ids, min(4, cfg.new_tokens), pad, fast)  # warm-up at this shape
-        walls = []
-        for _ in range(cfg.repeats):
-            t0, stamps = timed_generate(model, ids, cfg.new_tokens, pad, fast)
-            walls.append(stamps[-1] - t0)
-            if tick:
-                tick()
+        requests = fixed_requests(running, cfg.prompt_tokens, cfg.new_tokens, batch)
+        if requests[0].token_ids is not None:
+            running.warm([r.token_ids for r in requests], cfg.new_tokens)
+
+        async def body(channel: Channel, requests: list[GenerationRequest] = requests, batch: int = batch) -> list[float]:
+            await _timed(channel, requests, batch)  # warm-up at this shape
+            return [level_duration(await _timed(channel, requests, batch)) for _ in range(cfg.repeats)]
+
+        # All `batch` requests are sent at once: the in-process batcher runs them as one batch.
+        walls = on_engine(running, Batching(batch, BATCH_GATHER_MS), body)
         wall = sorted(walls)[len(walls) // 2]  # median: robust to a noisy neighbour
-        points.append(
-            ThroughputPoint(
-                batch_size=bs,
-                output_tokens_per_s=bs * cfg.new_tokens / wall,
-                requests_per_s=bs / wall,
-                wall_s=wall,
-            )
-        )
+        points.append(ThroughputPoint(batch_size=batch, output_tokens_per_s=batch * cfg.new_tokens / wall,
+                                      requests_per_s=batch / wall, wall_s=wall))
     return points
+
+
+# Requests sent at once reach the batcher within microseconds of each other; it waits at most this
+# long for the batch to fill, and starts as soon as it holds all of them.
+BATCH_GATHER_MS = 200.0

@@ -221,6 +221,23 @@ def levels_of(cfg: LoadConfig) -> list[tuple[int | None, float | None]]:
 
 
 @dataclass
+class Channel:
+    """How one running engine takes timed requests (Running.session gives it): `send`, and how a
+    level on it is measured: whose CPU (and GPU) the monitor reads, what to do between levels (the
+    in-process scheduler drains leftovers), and where a server's queue/compute split comes from."""
+
+    send: Send
+    monitor: Callable[[], UtilizationMonitor]
+    after_level: Callable[[], Any] | None = None
+    scrape: Callable[[], Awaitable[Any]] | None = None
+    split: Callable[[Any, Any], dict[str, Percentiles]] | None = None
+    describe_split: Callable[[Any], tuple[str, str]] | None = None
+
+    def probe(self, cfg: LoadConfig) -> Probe:
+        return Probe(self.send, cfg, self.monitor, self.after_level, self.scrape, self.split, self.describe_split)
+
+
+@dataclass
 class Probe:
     """What one level needs besides its requests: how to send, measure and split (see run_ladder)."""
 

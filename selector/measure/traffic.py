@@ -7,18 +7,16 @@ The request set is the eval set's generation prompts (interleaved across tasks, 
 (measure.load.requests, selector.measure.requests: sessions in order, recorded arrival times
 replayed as one more level), identical at every level, so levels and variants compare like for like.
 
-Two ways in, one driver:
-- in-process: requests go through a dynamic batching scheduler in front of the model (no HTTP),
-  which splits each request's time into queue / batch wait / compute;
-- a server: streamed requests over HTTP (asyncio + httpx), timed in the client; the server's
-  Prometheus histograms, when it has them, give the queue / compute split.
+Every engine takes them the same way: through its running engine's `session` (engines/spec.py),
+whose `send` streams one timed request. In-process that is a dynamic batching scheduler in front of
+the model, which splits each request's time into queue / batch wait / compute; a server's
+Prometheus histograms, when it has them, give the queue / compute split.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,8 +24,10 @@ from selector.config import SelectorConfig
 from selector.engines.base import GenerationRequest
 from selector.engines.trace import RequestTrace
 from selector.errors import ConfigError
+from selector.engines.spec import Batching
 from selector.measure.load_driver import (  # noqa: F401  (re-exported: the load test's one import path)
     CUT_OFF,
+    Channel,
     SLO_FIELDS,
     LevelOutcome,
     Probe,
@@ -48,14 +48,12 @@ from selector.measure.requests import (
     recorded_arrivals,
     warmup_of,
 )
-from selector.measure.utilization import UtilizationMonitor, nvml_indices, own_process, process_cpu_seconds
 from selector.records import CapacityResult, LoadLevel
 
 T = TypeVar("T")
 
 if TYPE_CHECKING:
     from selector.config import LoadConfig
-    from selector.serving.session import Served
 
 
 # ---- the request set -------------------------------------------------------------------------
@@ -141,102 +139,43 @@ def _interleave(groups: list[list[GenerationRequest]]) -> list[list[GenerationRe
     return [[g[i] for g in groups if i < len(g)] for i in range(longest)]
 
 
-# ---- in-process: the dynamic batching scheduler ------------------------------------------------
-def run_inprocess_load(model: Any, tokenizer: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> list[LoadLevel]:
-    """The load test of a variant's in-process model, for PerfResult.load."""
-    warmup, requests = variant_requests(tasks, cfg)
-    return [o.level for o in inprocess_load(model, tokenizer, requests, cfg.measure.load, warmup=warmup)]
-
-
-def run_inprocess_capacity(model: Any, tokenizer: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> CapacityResult:
-    """The capacity search on a variant's in-process model, for PerfResult.capacity."""
-    warmup, requests = capacity_requests(tasks, cfg)
-    return inprocess_run(model, tokenizer, cfg.measure.load, [*warmup, *requests],
-                         lambda probe: capacity(probe, requests, warmup))
-
-
-def inprocess_load(model: Any, tokenizer: Any, requests: Sequence[GenerationRequest], cfg: LoadConfig,
-                   warmup: Sequence[GenerationRequest] = ()) -> list[LevelOutcome]:
-    return inprocess_run(model, tokenizer, cfg, [*warmup, *requests],
-                         lambda probe: ladder(probe, requests, warmup, _replay(requests, cfg)))
-
-
-def inprocess_run(model: Any, tokenizer: Any, cfg: LoadConfig, ahead: Sequence[GenerationRequest],
-                  body: Callable[[Probe], Awaitable[T]]) -> T:
-    """body(probe) with a dynamic batching scheduler in front of the model. `ahead` is tokenized
-    before timing starts; a session turn (its prompt is the conversation so far) when it is sent."""
-    from selector.engines.hf import HFEngine
-    from selector.serving.batching import BatchingScheduler
-
-    hf = HFEngine(model, tokenizer)  # for its prompt rendering and token ids
-    encoded = {id(r): hf.encode(r.prompt) for r in ahead}
-    device = next(model.parameters()).device
-    gpus = nvml_indices([device.index or 0]) if device.type == "cuda" else []
-    with BatchingScheduler(model, tokenizer, cfg.max_batch_size, cfg.max_queue_delay_ms,
-                           eos_ids=hf.eos_ids, pad_id=hf.pad_id) as scheduler:
-
-        async def main() -> T:
-            loop = asyncio.get_running_loop()
-
-            async def send(request: GenerationRequest) -> RequestTrace:
-                done: asyncio.Future[RequestTrace] = loop.create_future()
-
-                def deliver(trace: RequestTrace) -> None:  # on the scheduler thread
-                    loop.call_soon_threadsafe(lambda: done.done() or done.set_result(trace))
-
-                ids = encoded.get(id(request)) or hf.encode(request.prompt)
-                scheduler.submit(ids, request.max_new_tokens, request.stop, deliver)
-                return await done
-
-            # The harness is this event loop's thread; the model runs on the scheduler's.
-            def monitor() -> UtilizationMonitor:
-                return UtilizationMonitor(own_process, time.thread_time, gpus, subtract_harness=True)
-
-            return await body(Probe(Conversations().wrap(send), cfg, monitor, after_level=scheduler.drain))
-
-        return asyncio.run(main())
-
-
-# ---- a server --------------------------------------------------------------------------------
-def run_server_load(served: Served, tasks: Sequence[Any], cfg: SelectorConfig) -> list[LoadLevel]:
-    """The load test of a served variant (engine=openai), for PerfResult.load."""
-    warmup, requests = variant_requests(tasks, cfg)
-    return [o.level for o in server_load(served, requests, cfg.measure.load, warmup=warmup)]
-
-
-def run_server_capacity(served: Served, tasks: Sequence[Any], cfg: SelectorConfig) -> CapacityResult:
-    """The capacity search against a served variant's running server, for PerfResult.capacity."""
-    warmup, requests = capacity_requests(tasks, cfg)
-    return server_run(served, cfg.measure.load, lambda probe: capacity(probe, requests, warmup))
-
-
-def server_load(served: Served, requests: Sequence[GenerationRequest], cfg: LoadConfig,
-                warmup: Sequence[GenerationRequest] = ()) -> list[LevelOutcome]:
-    return server_run(served, cfg, lambda probe: ladder(probe, requests, warmup, _replay(requests, cfg)))
-
-
-def server_run(served: Served, cfg: LoadConfig, body: Callable[[Probe], Awaitable[T]]) -> T:
-    """body(probe) against the variant's server: streamed requests over one HTTP client."""
-    from selector.serving import prometheus
-
-    engine = served.engine
-    metrics_urls = served.metrics_urls()  # every instance's
-    this_process = own_process()
+# ---- through the running engine ------------------------------------------------------------------
+def on_engine(running: Any, batching: Batching, body: Callable[[Channel], Awaitable[T]]) -> T:
+    """body(channel) in an event loop, with the running engine's session open."""
 
     async def main() -> T:
-        async with engine.client(max_connections=None) as client:
-
-            async def send(request: GenerationRequest) -> RequestTrace:
-                return await engine.stream(client, request)
-
-            def monitor() -> UtilizationMonitor:
-                # Everything this process does during a level is the load generator's work.
-                harness = lambda: sum(process_cpu_seconds(this_process).values())  # noqa: E731
-                return UtilizationMonitor(served.processes if served.servers else None, harness,
-                                          None if served.local else [], subtract_harness=False)
-
-            return await body(Probe(Conversations().wrap(send), cfg, monitor,
-                                    scrape=lambda: prometheus.scrape_all(client, metrics_urls),
-                                    split=prometheus.level_split, describe_split=prometheus.split_source))
+        async with running.session(batching) as channel:
+            return await body(channel)
 
     return asyncio.run(main())
+
+
+def load_batching(cfg: LoadConfig) -> Batching:
+    """The in-process batcher of the load test (measure.load.max_batch_size, max_queue_delay_ms)."""
+    return Batching(cfg.max_batch_size, cfg.max_queue_delay_ms)
+
+
+def run_load(running: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> list[LoadLevel]:
+    """The load test of a variant through its running engine, for PerfResult.load."""
+    load = cfg.measure.load
+    warmup, requests = variant_requests(tasks, cfg)
+    running.prepare([*warmup, *requests])
+    outcomes = on_engine(running, load_batching(load),
+                         lambda channel: ladder(channel.probe(load), requests, warmup, _replay(requests, load)))
+    return [o.level for o in outcomes]
+
+
+def run_capacity(running: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> CapacityResult:
+    """The capacity search through the variant's running engine, for PerfResult.capacity."""
+    load = cfg.measure.load
+    warmup, requests = capacity_requests(tasks, cfg)
+    running.prepare([*warmup, *requests])
+    return on_engine(running, load_batching(load), lambda channel: capacity(channel.probe(load), requests, warmup))
+
+
+def load_levels(running: Any, requests: Sequence[GenerationRequest], cfg: LoadConfig,
+                warmup: Sequence[GenerationRequest] = ()) -> list[LevelOutcome]:
+    """A ladder of these requests through the running engine, with every level's traces."""
+    running.prepare([*warmup, *requests])
+    return on_engine(running, load_batching(cfg),
+                     lambda channel: ladder(channel.probe(cfg), requests, warmup, _replay(requests, cfg)))

@@ -110,11 +110,13 @@ def serving_shape(cfg: SelectorConfig, tasks: list, encode) -> tuple[int, int]: 
     return batch, longest
 
 
-def serving_bytes(cfg: SelectorConfig, device: str, *, batch: int, context: int, runtime_bytes: int) -> int | None:
+def serving_bytes(cfg: SelectorConfig, device: str, *, batch: int, context: int,
+                  runtime_bytes: int | None) -> int | None:
     """plan's estimate of a variant's serving peak: its weights, the KV cache and activations at the
-    batch and context it ran, and the runtime measured before it loaded (interpreter, libraries)."""
+    batch and context it ran, and the runtime (in-process: measured before the model loaded; a
+    server: its engine's own, selector.engines)."""
     arch = read_arch(cfg.model, Path(cfg.cache_dir).expanduser())
-    if arch is None:
+    if arch is None or runtime_bytes is None:
         return None
     weights = estimate_weights(arch, cfg.precision, device.split(":")[0], cfg.engine.kind,
                                prequantized=cfg.precision.name in cfg.model.prequantized).bytes

@@ -23,6 +23,10 @@ class NativeBackend(Backend):
     def load_base(self, resolved: Any, precision: PrecisionConfig, ctx: LoadContext) -> LoadedModel:
         from transformers import AutoModelForCausalLM
 
+        folder = resolved.path if resolved.is_local else None
+        if ctx.prepare_only:  # nothing to make: the model folder is the checkpoint (a server loads it)
+            return LoadedModel(None, None, ctx.device, folder)
+
         model = AutoModelForCausalLM.from_pretrained(
             resolved.path,
             dtype=torch_dtype(precision.dtype),
@@ -30,4 +34,4 @@ class NativeBackend(Backend):
             **resolved.load_kwargs(),
         )
         model.eval()
-        return LoadedModel(model, load_tokenizer(resolved), ctx.device, resolved.path if resolved.is_local else None)
+        return LoadedModel(model, load_tokenizer(resolved), ctx.device, folder)

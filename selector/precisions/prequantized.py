@@ -46,7 +46,8 @@ def load_prequantized(resolved: Any, precision: PrecisionConfig, ctx: LoadContex
     package = LOADER_PACKAGE.get(method, "transformers")
     if package == "gptqmodel":
         set_gptqmodel_workers()
-    loaded = load_checkpoint(resolved.path, precision, ctx, local=False, backend=backend, requested=kernel, **kwargs)
+    loaded = (LoadedModel(None, None, ctx.device) if ctx.prepare_only  # a server loads it: nothing to load here
+              else load_checkpoint(resolved.path, precision, ctx, local=False, backend=backend, requested=kernel, **kwargs))
     artifact_dir = str(resolved.path) if getattr(resolved, "is_local", False) else None
     quant = QuantInfo(
         method=method,
@@ -60,7 +61,8 @@ def load_prequantized(resolved: Any, precision: PrecisionConfig, ctx: LoadContex
         calibration={"source": "prequantized"},
     )
     notes = [f"loaded pre-quantized checkpoint {resolved.path} ({method}); nothing was quantized here", *loaded.notes]
-    return LoadedModel(loaded.model, load_tokenizer(resolved), ctx.device, artifact_dir, quant, notes, loaded.kernel)
+    tokenizer = None if ctx.prepare_only else load_tokenizer(resolved)
+    return LoadedModel(loaded.model, tokenizer, ctx.device, artifact_dir, quant, notes, loaded.kernel)
 
 
 def _version(package: str) -> str:

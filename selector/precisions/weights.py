@@ -12,7 +12,7 @@ from selector.config import PrecisionConfig
 from selector.precisions.groups import pick_group_size
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-SERVED_ENGINES = ("openai",)  # a server (vLLM, SGLang) holds the checkpoint with its own packed kernels
+IN_PROCESS = "hf"  # any other engine is a server (vLLM, SGLang) holding the checkpoint with its own packed kernels
 
 
 @dataclass
@@ -66,4 +66,5 @@ def packed_checkpoint(arch: Any, precision: PrecisionConfig, requested_group: in
 
 
 def served(engine: str) -> bool:
-    return engine in SERVED_ENGINES
+    """engine: an engine kind (selector/engines); every kind but the in-process one serves."""
+    return engine != IN_PROCESS

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from selector.config import PolicyConfig
@@ -226,13 +225,13 @@ def _noise(evidence: dict[str, Evidence], ranking: Ranking, noise_floor: dict[st
 def measuring_engine(record: RunRecord) -> str | None:
     """What served the record's latency figures: hf (transformers in-process), the program a served
     engine started (vllm, ...), or None for an attached server (its engine is not known here)."""
-    engine = (record.config or {}).get("engine") or {}
-    if engine.get("kind", "hf") == "hf":
-        return "hf"
-    if engine.get("server") == "vllm":
-        return "vllm"
-    command = str(engine.get("server_command") or "").split()
-    return Path(command[0]).name.lower() if command else None
+    from selector.engines import engine_for
+    from selector.validate import typed_engine
+
+    try:
+        return engine_for(typed_engine((record.config or {}).get("engine") or {"kind": "hf"})).deploy_name()
+    except Exception:  # a record from a selector with engines this one does not know
+        return None
 
 
 def engine_mismatch(records: list[RunRecord], policy: PolicyConfig) -> list[str]:

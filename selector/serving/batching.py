@@ -39,6 +39,7 @@ class _Pending:
     stop: list[str]
     trace: RequestTrace
     on_done: OnDone
+    ignore_eos: bool = False  # a timed run: exactly max_new_tokens, end-of-sequence or not
     tokens: list[int] = field(default_factory=list)
     finished: bool = False
 
@@ -58,6 +59,7 @@ class BatchingScheduler:
         max_queue_delay_ms: float = 10.0,
         eos_ids: list[int] | None = None,
         pad_id: int | None = None,
+        generate: Callable[..., Any] | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
@@ -70,6 +72,8 @@ class BatchingScheduler:
         self.pad_id = pad_id if pad_id is not None else (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0])
         self.device = next(model.parameters()).device
+        # model.generate, or the engine's fast path (a static cache and a compiled decode step)
+        self.generate = generate or model.generate
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
         self._idle = threading.Condition()
         self._outstanding = 0  # submitted and not yet delivered
@@ -96,11 +100,12 @@ class BatchingScheduler:
         self.close()
 
     # ---- requests -------------------------------------------------------------------------
-    def submit(self, prompt_ids: list[int], max_new_tokens: int, stop: list[str], on_done: OnDone) -> RequestTrace:
+    def submit(self, prompt_ids: list[int], max_new_tokens: int, stop: list[str], on_done: OnDone,
+               ignore_eos: bool = False) -> RequestTrace:
         trace = RequestTrace(sent=time.perf_counter(), prompt_tokens=len(prompt_ids))
         with self._idle:
             self._outstanding += 1
-        self._queue.put(_Pending(list(prompt_ids), max_new_tokens, list(stop), trace, on_done))
+        self._queue.put(_Pending(list(prompt_ids), max_new_tokens, list(stop), trace, on_done, ignore_eos))
         return trace
 
     def drain(self, timeout_s: float = 300.0) -> bool:
@@ -171,15 +176,19 @@ class BatchingScheduler:
             ids[row, width - len(p.prompt_ids) :] = torch.tensor(p.prompt_ids, dtype=torch.long)
             mask[row, width - len(p.prompt_ids) :] = 1
         tracker = _RowTracker(self, batch, width)
-        self.model.generate(
+        longest = max(p.max_new_tokens for p in batch)
+        # A batch of timed runs generates every token it asks for: end-of-sequence is not sampled.
+        fixed = {"min_new_tokens": longest} if all(p.ignore_eos for p in batch) else {}
+        self.generate(
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
-            max_new_tokens=max(p.max_new_tokens for p in batch),
+            max_new_tokens=longest,
             do_sample=False,
             num_beams=1,
             eos_token_id=self.eos_ids,
             pad_token_id=self.pad_id,
             stopping_criteria=[tracker],
+            **fixed,
         )
         now = time.perf_counter()
         for p in batch:  # generate() ended (its own token budget): whatever is left is done now
@@ -231,7 +240,7 @@ class _RowTracker:
                 done[row] = True
                 continue
             token = last[row]
-            if token in self.s.eos_ids:  # end of turn: not an output token
+            if token in self.s.eos_ids and not p.ignore_eos:  # end of turn: not an output token
                 self.s._finish(p, now)
                 done[row] = True
                 continue

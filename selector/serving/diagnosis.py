@@ -42,21 +42,28 @@ class Serving:
     kind: str = "inprocess"  # inprocess (the dynamic batcher) | server
     max_batch_size: int | None = None
     max_queue_delay_ms: float | None = None
-    vllm: bool = False  # a server the harness started from engine.vllm: its knobs can be named
+    vllm: bool = False  # a server the harness started with vLLM's knobs (engine=vllm): they can be named
     max_num_seqs: int | None = None
     instances: int | None = None
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> Serving:
-        """From a RunRecord's resolved config."""
-        engine = config.get("engine") or {}
-        if engine.get("kind") == "openai":
-            if engine.get("server") != "vllm":
-                return cls("server")
-            knobs = engine.get("vllm") or {}
-            return cls("server", vllm=True, max_num_seqs=knobs.get("max_num_seqs"), instances=knobs.get("instances", 1))
-        load = (config.get("measure") or {}).get("load") or {}
-        return cls("inprocess", load.get("max_batch_size"), load.get("max_queue_delay_ms"))
+        """From a RunRecord's resolved config: its engine kind's knobs and their values."""
+        from omegaconf import OmegaConf
+
+        from selector.engines import engine_class, upgrade
+        from selector.registry import UnknownNameError
+
+        engine = upgrade(dict(config.get("engine") or {}))
+        try:
+            spec = engine_class(str(engine.get("kind", "hf")))
+        except UnknownNameError:
+            return cls("server")
+        values = {k.short: OmegaConf.select(OmegaConf.create({**config, "engine": engine}), k.key) for k in spec.knobs}
+        if spec.in_process:
+            return cls("inprocess", values.get("max_batch_size"), values.get("max_queue_delay_ms"))
+        return cls("server", vllm="max_num_seqs" in values, max_num_seqs=values.get("max_num_seqs"),
+                   instances=values.get("instances", 1))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from selector.config import EngineConfig, PrecisionConfig, VllmConfig
+from typing import Any
+
+from selector.config import PrecisionConfig
 from selector.errors import ConfigError
 
 # The checkout this package runs from: `make vllm` puts the environment next to it.
@@ -44,7 +46,7 @@ def not_servable(precision: PrecisionConfig) -> str | None:
     return f"not servable on vLLM: precision={precision.name}: {why}" if why else None
 
 
-def python_for(cfg: VllmConfig) -> str:
+def python_for(cfg: Any) -> str:
     """The interpreter that runs vLLM; a ConfigError naming the install command when there is none."""
     where = "engine.vllm.python"
     if cfg.python:
@@ -78,11 +80,11 @@ def has_vllm(python: str) -> bool:
 HARNESS_FLAGS = ("--model", "--host", "--port", "--served-model-name", "--dtype")
 
 
-def arg_flags(cfg: VllmConfig) -> list[str]:
+def arg_flags(cfg: Any) -> list[str]:
     return [str(a).split("=", 1)[0] for a in cfg.args if str(a).startswith("--")]
 
 
-def check_harness_flags(cfg: VllmConfig) -> None:
+def check_harness_flags(cfg: Any) -> None:
     """engine.vllm.args may not set what the harness sets per variant."""
     taken = [f for f in arg_flags(cfg) if f in HARNESS_FLAGS]
     if taken:
@@ -90,7 +92,7 @@ def check_harness_flags(cfg: VllmConfig) -> None:
                                                       f"(its checkpoint, a free loopback port, the precision's dtype)")
 
 
-def check_args(cfg: VllmConfig, python: str) -> None:
+def check_args(cfg: Any, python: str) -> None:
     """A flag in engine.vllm.args that this vLLM does not have (or one the harness sets) stops the
     sweep now, not each variant when its server exits at start. Asks vLLM's own --help, which
     imports vLLM (~10-30 s), so only when there are args to check."""
@@ -110,12 +112,12 @@ def known_flags(python: str) -> frozenset[str]:
     return frozenset(re.findall(r"--[a-z0-9][a-z0-9-]*", done.stdout))
 
 
-def command(cfg: EngineConfig, python: str, *, model_path: str, host: str, port: int, dtype: str,
-            served_model: str) -> list[str]:
-    v = cfg.vllm
+def command(v: Any, python: str, *, model_path: str, host: str, port: int, dtype: str, served_model: str,
+            max_logprobs: int = 20) -> list[str]:
+    """The server's argv from engine.vllm (v) and what the harness sets per variant."""
     argv = [python, "-m", ENTRY, "--model", model_path, "--host", host, "--port", str(port), "--dtype", dtype,
             "--served-model-name", served_model,
-            "--max-logprobs", "20",  # multiple-choice scoring reads prompt log-probabilities
+            "--max-logprobs", str(max_logprobs),  # multiple-choice scoring and fidelity read prompt log-probabilities
             "--disable-uvicorn-access-log",
             "--generation-config", "vllm"]  # greedy means greedy: not the checkpoint's sampling defaults
     if v.enforce_eager:
@@ -154,7 +156,7 @@ def cpu_list(cores: list[int]) -> str:
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
-def environment(cfg: VllmConfig, cores: list[int] | None) -> dict[str, str]:
+def environment(cfg: Any, cores: list[int] | None) -> dict[str, str]:
     """What vLLM's CPU backend reads from the environment (added to the harness's own), for a server
     bound to `cores` (None: vLLM binds its own)."""
     env = {"VLLM_CPU_KVCACHE_SPACE": f"{cfg.kv_cache_gib:g}",
@@ -210,3 +212,37 @@ def serving_info(servers, start_s: float):  # type: ignore[no-untyped-def]
                        start_s=round(start_s, 2), log=first.log_path.name, instances=len(servers),
                        cores=cores if any(cores) else [], logs=[s.log_path.name for s in servers],
                        **served_kernel(first.log_path))
+
+
+GIB = 2**30
+# How much KV cache vLLM preallocated: on CPU "Explicitly set (2.0/21.21) GiB for KV cache on node
+# 0", on a GPU "Available KV cache memory: 61.2 GiB".
+KV_POOL_LINES = (re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache"),
+                 re.compile(r"Available KV cache memory: ([\d.]+) GiB"))
+# What its weights took, where it says (GPU model runner): "Model loading took 14.2 GiB memory and 3.1 seconds".
+WEIGHTS_LINE = re.compile(r"Model loading took ([\d.]+) GiB memory")
+# CUDA graphs, where it captures them: "Graph capturing finished in 12 secs, took 0.54 GiB".
+GRAPHS_LINE = re.compile(r"Graph capturing finished in \d+ secs, took ([\d.]+) GiB")
+
+
+def _gib(pattern: re.Pattern[str], text: str) -> int | None:
+    found = pattern.findall(text)
+    return int(float(found[-1]) * GIB) if found else None
+
+
+def kv_pool_bytes(log_text: str) -> int | None:
+    """The KV cache one vLLM server preallocated, from its log (None: it did not say)."""
+    for pattern in KV_POOL_LINES:
+        found = _gib(pattern, log_text)
+        if found is not None:
+            return found
+    return None
+
+
+def reported_weight_bytes(log_text: str) -> int | None:
+    """What vLLM says its weights took (its GPU model runner says; the CPU one does not)."""
+    return _gib(WEIGHTS_LINE, log_text)
+
+
+def graph_bytes(log_text: str) -> int | None:
+    return _gib(GRAPHS_LINE, log_text)

@@ -51,12 +51,11 @@ def availability(cfg: SelectorConfig, device: str | None = None) -> tuple[bool, 
             "torch.cuda.is_available() is False here" if not cuda_available() else f"this run is on {kind}")
     if cfg.device.startswith("cuda") and not cuda_available():
         return False, f"device={cfg.device} but CUDA is not available here"
-    if cfg.engine.server == "vllm":
-        from selector.serving.vllm import not_servable
+    from selector.engines import engine_for
 
-        why = not_servable(cfg.precision)
-        if why:
-            return False, why
+    why = engine_for(cfg.engine).unavailable(cfg)
+    if why:
+        return False, why
     ok, why = models.check_available(cfg.model, precision=cfg.precision.name, cache_dir=Path(cfg.cache_dir))
     if not ok:
         return False, f"model={cfg.model.name}: {why}"

@@ -151,18 +151,16 @@ def run(tasks: list[Any], store: ItemStore, evaluate: Evaluate, *, seed: int, ro
     return Outcome(samples, info, decision)
 
 
-def noise_floor(loaded: Any, tasks: Any, cfg: Any, scored: dict[str, float]) -> dict[str, float]:
+def noise_floor(running: Any, tasks: Any, cfg: Any, scored: dict[str, float]) -> dict[str, float]:
     """Score spread per task across evaluations that differ only in batch size (padding and kernel
-    choice change the float rounding); selection warns when a verdict rests on less. scored: each
-    task's score from the variant's own evaluation."""
-    from selector.engines.hf import HFEngine
+    choice change the float rounding; a server batches the requests differently); selection warns
+    when a verdict rests on less. scored: each task's score from the variant's own evaluation."""
     from selector.tasks import evaluate_task
 
     nf = cfg.measure.noise_floor
     values = {name: [value] for name, value in scored.items()}
     for repeat in range(nf.repeats):
-        batch = nf.batch_sizes[repeat % len(nf.batch_sizes)]
-        engine = HFEngine(loaded.model, loaded.tokenizer, batch, cfg.engine.max_batch_tokens)
+        engine = running.rebatched(nf.batch_sizes[repeat % len(nf.batch_sizes)])
         for task in tasks:
             result, _ = evaluate_task(engine, task, cfg.model.name, cfg.model.prompt_style)
             values[task.name].append(result.value)

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from selector.config import SelectorConfig, to_dict
+from selector.engines import engine_for
 from selector.measure.environment import library_versions
 
 # Libraries whose version can change a number we report.
@@ -43,7 +44,7 @@ def evaluation_key(cfg: SelectorConfig, evalset_hash: str) -> str:
         "precision": {k: v for k, v in d["precision"].items() if k != "description"},
         "calibration": d["calibration"] if calibrates(cfg) else None,
         "evalset": {"hash": evalset_hash, "tasks": d["evalset"]["tasks"], "limit": d["evalset"]["limit"]},
-        "engine": _engine_material(d["engine"]),
+        "engine": engine_for(cfg.engine).key_material(),  # its kind says what cannot change an answer
         "device": cfg.device,
         "seed": cfg.seed,
         "threads": cfg.threads,
@@ -52,26 +53,14 @@ def evaluation_key(cfg: SelectorConfig, evalset_hash: str) -> str:
     return digest(material)
 
 
-# vLLM settings that change how requests are scheduled or where vLLM is found, not what it answers
-# (like the in-process batcher's knobs, which live under measure.load): settings share scored items.
-VLLM_NOT_SCORED = ("python", "kv_cache_gib", "max_num_seqs", "max_num_batched_tokens")
-
-
-def _engine_material(engine: dict[str, Any]) -> dict[str, Any]:
-    # compare_in_process adds an in-process evaluation beside the served one; it changes neither
-    engine = {k: v for k, v in engine.items() if k != "compare_in_process"}
-    if engine.get("server") != "vllm":  # other engines' keys as they were (stored items stay valid)
-        return {k: v for k, v in engine.items() if k not in ("server", "vllm")}
-    return {**engine, "vllm": {k: v for k, v in engine["vllm"].items() if k not in VLLM_NOT_SCORED}}
-
-
 def variant_key(cfg: SelectorConfig, evalset_hash: str) -> str:
     """Everything that can change a variant's record: its evaluation, and how it is measured."""
     d = to_dict(cfg)
     material = {"evaluation": evaluation_key(cfg, evalset_hash), "measure": d["measure"],
                 "baseline": cfg.baseline_precision}
-    if cfg.engine.server == "vllm":  # its scheduling knobs change the measurements, not the scores
-        material["vllm"] = {k: d["engine"]["vllm"][k] for k in VLLM_NOT_SCORED if k != "python"}
+    measured = engine_for(cfg.engine).measure_material()  # its scheduling knobs change the measurements, not the scores
+    if measured:
+        material["engine"] = measured
     if cfg.measure.load.requests:  # the request file's rows, not its name, make the load figures
         material["load_requests"] = _file_digest(cfg.measure.load.requests)
     return digest(material)

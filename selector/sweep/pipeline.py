@@ -1,7 +1,15 @@
-"""One variant, start to finish, inside its worker process: materialize -> evaluate -> measure ->
-RunRecord (see worker.py). Everything it learns is written to
-the job folder as it goes: the current stage, each scored sample, and at the end the record, so a
-crash loses nothing already measured and the parent can say in which stage it died.
+"""One variant, start to finish, inside its worker process, as one straight line:
+
+    prepare -> start the engine -> evaluate -> fidelity -> measure -> memory -> stop
+
+Each stage is a call on the variant's running engine (selector/engines: in-process transformers, or
+a server the harness starts or attaches to), so every engine is evaluated and measured the same way
+and nothing here asks which one runs. Preparing (converting, quantizing, the fidelity reference)
+happens in a child process of its own, only when the cache lacks something (sweep/prepare.py).
+
+Everything it learns is written to the job folder as it goes: the current stage, each scored
+sample, and at the end the record, so a crash loses nothing already measured and the parent can
+say in which stage it died.
 """
 
 from __future__ import annotations
@@ -14,15 +22,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from selector.config import SelectorConfig, to_dict
+from selector.engines import engine_for
+from selector.engines.spec import StartContext
 from selector.errors import UnavailableError
 from selector.measure.contention import CpuShare
+from selector.records import ErrorInfo, PeakMemory, PerfResult, RunRecord, SampleRecord
 from selector.sweep import evaluation
 from selector.sweep.device import resolve_device
-from selector.sweep.engine_runs import ENGINE_RUNS
 from selector.sweep.faults import maybe_inject
 from selector.sweep.jobfiles import JobFiles, now, variant_of
-from selector.measure.memory import PhaseMeter, current_rss_bytes, higher
-from selector.records import ErrorInfo, PeakMemory, RunRecord, SampleRecord
 
 log = logging.getLogger("selector.sweep.pipeline")
 
@@ -37,12 +45,10 @@ class VariantRun:
         self.variant = variant_of(cfg)
         self.record = RunRecord(key=key, variant=self.variant, status="failed", config=to_dict(cfg), started_at=now())
         self.stage = "preflight"
+        self.engine = engine_for(cfg.engine)
         self.decision = None  # set when adaptive search finds a floor out of reach
-        self.meter: PhaseMeter | None = None  # the current phase's peak memory (measure/memory.py)
-        self.phases: dict[str, PeakMemory] = {}  # prepare, load: peaks of the phases already over
-        self.serving_so_far: PeakMemory | None = None  # the serving peak before a pass that does not count
-        self.runtime_rss: int | None = None
-        self.tasks: list = []  # type: ignore[type-arg]
+        self.phases: dict[str, PeakMemory] = {}  # the preparation process's peak, when it ran
+        self.tasks: list[Any] = []
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
@@ -94,7 +100,7 @@ class VariantRun:
         torch.manual_seed(cfg.seed)
         device = resolve_device(cfg.device)
         self.record.environment = environment(device)
-        backend = self._check_available(device)
+        self._check_available(device)
         tasks = self.tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
         if any(t.metric == "code_tests" for t in tasks):
             from selector.tasks.sandbox import isolation
@@ -108,33 +114,59 @@ class VariantRun:
         if self.decision is not None:  # the items already scored settle it: no model needs to load
             self.evaluate(None, tasks)
             return
-        self._prepare(backend, device, tasks)
-        _import_runtime(backend)  # so the runtime figure holds the libraries, and the load phase only the model
-        self.meter = PhaseMeter(device)
-        self.meter.start()
-        self.runtime_rss = current_rss_bytes()
-        with self.timed("load"):
-            resolved, loaded = self._materialize(device, tasks)
-        self.phases["load"] = self.meter.read()
-        self.meter.start()  # from here on: serving it
-        with CpuShare() as share:  # another busy process on the machine slows every figure down
-            ENGINE_RUNS.get(cfg.engine.kind)(self, resolved, loaded, tasks, device)
+        if self.engine.needs_checkpoint:
+            self._prepare(device, tasks)
+        compared = self._evaluate_in_process(device, tasks) if getattr(cfg.engine, "compare_in_process", False) else None
+        with self.timed("load"):  # the engine loads the variant once: in this process, or in its server
+            running = self.engine.start(StartContext(cfg, device, self.files.dir, tasks))
+        with running, CpuShare() as share:  # another busy process on the machine slows every figure down
+            try:
+                self._scenario(running, tasks, device, compared)
+            finally:  # what it held and what ran it, whatever happened (a server that died: until then)
+                self._record_running(running, device)
         self.record.environment["machine_load"] = share.as_dict()
 
-    def _check_available(self, device: str):  # type: ignore[no-untyped-def]
-        from selector.precisions import get_backend
+    def _scenario(self, running: Any, tasks: list[Any], device: str, compared: Any) -> None:
+        from selector.measure.fidelity import measure_fidelity
+        from selector.measure.perf import measure_perf
+
+        cfg = self.cfg
+        self._record_info(running)
+        with self.timed("evaluate"):
+            self.evaluate(running, tasks)
+        if compared is not None:
+            self._compare_engines(*compared)
+        if self.decision is not None:  # stopped early: what it weighs, and nothing else to measure
+            if cfg.measure.fidelity and cfg.precision.name == cfg.baseline_precision:
+                with self.timed("fidelity"):  # but a baseline still leaves its siblings their reference
+                    measure_fidelity(running, tasks, cfg)
+            return
+        if self.is_reference and cfg.measure.noise_floor.repeats > 0:
+            with self.timed("noise_floor"):
+                spread = evaluation.noise_floor(running, tasks, cfg, {n: r.value for n, r in self.record.tasks.items()})
+                self.record.config["noise_floor"] = spread
+                log.info("noise floor of %s over %d re-evaluations: %s", self.variant.name,
+                         cfg.measure.noise_floor.repeats, spread)
+        if cfg.measure.fidelity:
+            with self.timed("fidelity"):
+                self.record.fidelity = measure_fidelity(running, tasks, cfg)
+        with self.timed("measure"):
+            self.record.perf = PerfResult(device=device)
+            measure_perf(running, tasks, cfg, self.record.perf)
+
+    def _check_available(self, device: str) -> None:
         from selector.sweep.availability import availability
 
         ok, why = availability(self.cfg, device)
         if not ok:
             raise UnavailableError(why)
-        return get_backend(self.cfg.precision.backend)
 
-    def _prepare(self, backend, device: str, tasks) -> None:  # type: ignore[no-untyped-def]
+    def _prepare(self, device: str, tasks: list[Any]) -> None:
         """Convert, quantize and compute the fidelity reference in a process of its own, when any is missing."""
+        from selector.precisions import get_backend
         from selector.sweep.prepare import prepare_in_child, reasons_to_prepare
 
-        reasons = reasons_to_prepare(self.cfg, backend, tasks)
+        reasons = reasons_to_prepare(self.cfg, get_backend(self.cfg.precision.backend), tasks)
         if not reasons:
             return
         with self.timed("prepare"):
@@ -143,49 +175,41 @@ class VariantRun:
         self.phases["prepare"] = prepared.peak
         self.record.config["prepared"] = prepared.did
 
-    def _materialize(self, device: str, tasks):  # type: ignore[no-untyped-def]
-        """Resolve the model source, then load it at the precision (quantizing or reusing the cache)."""
-        from selector.precisions import load_variant
-        from selector.precisions.calibration import calibration_texts
+    def _record_info(self, running: Any) -> None:
+        """What runs the variant: its quantization, kernel, server, and what loading noted."""
+        info = running.info()
+        self.variant.params = self.variant.params or info.params
+        self.record.kernel, self.record.serving = info.kernel, info.serving
+        if info.quant is not None:
+            self.record.quant = info.quant
+            self.record.quant.notes = list(dict.fromkeys([*info.quant.notes, *info.notes]))
+            if info.quant.quantize_s:
+                self.record.timings_s["quantize"] = info.quant.quantize_s
+        if self.record.perf is not None and info.compiled is not None:
+            self.record.perf.compiled, self.record.perf.compile_s = info.compiled, info.compile_s
+            self.record.perf.compile_note = info.compile_note
 
-        cfg = self.cfg
-        resolved, loaded = load_variant(cfg.model, cfg.precision, cfg.cache_dir, device, calibration=cfg.calibration,
-                                        calibration_texts=lambda: calibration_texts(cfg.calibration, tasks))
-        self.variant.params = self.variant.params or int(resolved.manifest.get("parameters", 0))
-        self.record.kernel = loaded.kernel
-        if loaded.quant is not None:
-            self.record.quant = loaded.quant
-            self.record.quant.notes = list(dict.fromkeys([*loaded.quant.notes, *loaded.notes]))
-            if loaded.quant.quantize_s:
-                self.record.timings_s["quantize"] = loaded.quant.quantize_s
-        return resolved, loaded
+    def _record_running(self, running: Any, device: str) -> None:
+        try:
+            self._record_info(running)  # again: a server's requests served, the fast path's compile time
+            memory = running.memory()
+        except Exception as e:  # never a reason to lose what was measured before
+            log.warning("no memory figures for %s: %s: %s", self.variant.name, type(e).__name__, e)
+            return
+        memory.prepare = self.phases.get("prepare")
+        runtime = self.engine.planned_runtime_bytes(device) or memory.runtime_rss_bytes
+        memory.planned_serving_bytes = self._planned_serving(running, device, runtime)
+        self.record.memory = memory
 
-    def record_memory(self, resolved, loaded, device: str) -> None:  # type: ignore[no-untyped-def]
-        from selector.measure.memory import measure_memory
-        from selector.precisions.base import dir_bytes
-        from selector.precisions.kernel_info import unpacked_note
-
-        artifact = loaded.quant.artifact_bytes if loaded.quant and loaded.quant.artifact_bytes else None
-        on_disk = artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
-        serving = higher(self.meter.read(), self.serving_so_far) if self.meter is not None else None
-        self.record.memory = measure_memory(loaded.model, device, on_disk, serving=serving,
-                                            load=self.phases.get("load"), prepare=self.phases.get("prepare"),
-                                            runtime_rss_bytes=self.runtime_rss)
-        self.record.memory.planned_serving_bytes = self._planned_serving(loaded, device)
-        quant, kernel = self.record.quant, self.record.kernel
-        if quant and kernel and kernel.unpacked:  # read off the modules: plain Linear where a quantized model was loaded
-            quant.notes.append(unpacked_note(kernel))
-
-    def _planned_serving(self, loaded, device: str) -> int | None:  # type: ignore[no-untyped-def]
+    def _planned_serving(self, running: Any, device: str, runtime_bytes: int | None) -> int | None:
         """plan's estimate of the serving peak, at the shapes this variant ran, beside the measured one."""
-        from selector.measure.fidelity import PromptEncoder
         from selector.plan.estimate import serving_bytes, serving_shape
 
-        if self.runtime_rss is None or loaded.tokenizer is None:
+        if running.tokenizer is None:
             return None
         try:
-            batch, context = serving_shape(self.cfg, self.tasks, PromptEncoder(loaded.tokenizer).encode)
-            return serving_bytes(self.cfg, device, batch=batch, context=context, runtime_bytes=self.runtime_rss)
+            batch, context = serving_shape(self.cfg, self.tasks, running.encode)
+            return serving_bytes(self.cfg, device, batch=batch, context=context, runtime_bytes=runtime_bytes)
         except Exception as e:  # an estimate beside the figure: never a reason to lose the figure
             log.warning("no plan estimate of the serving peak: %s: %s", type(e).__name__, e)
             return None
@@ -266,28 +290,40 @@ class VariantRun:
                                    confidence=self.cfg.policy.confidence, progress=bar.update)
         return samples
 
-    def fidelity_pass(self, loaded, tasks) -> None:  # type: ignore[no-untyped-def]
-        """Fidelity's probe passes (prompts of up to 1024 tokens, the full vocabulary's distribution)
-        are selector's measurement, not serving: the peak so far is kept and the meter restarts after."""
-        from selector.measure.fidelity import measure_fidelity
+    # ---- a server's answers against the same checkpoint in-process (engine.compare_in_process) ----
+    def _evaluate_in_process(self, device: str, tasks: list[Any]) -> tuple[dict[str, Any], list[SampleRecord]]:
+        """Every item through transformers in this process (engine=hf's defaults), before the server
+        starts, for the comparison with the served answers; its samples are kept beside the served ones."""
+        from selector.engines.inprocess import HfEngineConfig, InProcessEngine
+        from selector.tasks import evaluate_task
 
-        held = self.meter.read() if self.meter is not None else None
-        try:
-            self.record.fidelity = measure_fidelity(loaded, tasks, self.cfg)
-        finally:
-            if self.meter is not None:
-                self.serving_so_far = higher(self.serving_so_far, held)
-                self.meter.start()
+        cfg = self.cfg
+        with self.timed("evaluate_in_process"), InProcessEngine(HfEngineConfig()).start(
+                StartContext(cfg, device, self.files.dir, tasks)) as local:
+            results, samples = {}, []
+            for task in tasks:
+                results[task.name], got = evaluate_task(local, task, model_name=cfg.model.name,
+                                                        model_prompt_style=cfg.model.prompt_style,
+                                                        confidence=cfg.policy.confidence)
+                samples += got
+        (self.files.dir / "samples.in_process.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in samples))
+        return results, samples
 
+    def _compare_engines(self, results: dict[str, Any], samples: list[SampleRecord]) -> None:
+        """record.agreement, and the in-process accuracy in record.tasks when the policy deploys on
+        transformers (policy.deploy_engine=hf): the verdict uses the engine people will run."""
+        from selector.sweep.agreement import accuracy_engine, compare
 
-def _import_runtime(backend) -> None:  # type: ignore[no-untyped-def]
-    """Import what loading the model imports (transformers' model classes, the precision's library):
-    hundreds of MB of code and tables that any process serving this model holds before its weights."""
-    import importlib
-
-    for name in ("transformers.models.auto.modeling_auto", backend.library):
-        if name:
-            importlib.import_module(name)
+        record = self.record
+        served = [SampleRecord.model_validate_json(line) for line in self.files.samples.read_text().splitlines() if line]
+        record.agreement = compare(served, samples)
+        decides = accuracy_engine(self.cfg.policy.deploy_engine)
+        record.config["accuracy_engine"] = decides
+        if decides == "in_process":
+            record.tasks = {name: results[name] for name in record.tasks if name in results}
+        for task, a in record.agreement.items():
+            log.info("%s %s: %d of %d answers differ between in-process and served (%s decides)",
+                     self.variant.name, task, a.differ, a.n, decides)
 
 
 def _one_line(e: BaseException) -> str:

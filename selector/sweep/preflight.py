@@ -133,19 +133,22 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
                                       baseline=baseline_precision(cfg, config, baselines)))
     if not planned:
         raise UserError("the sweep has no variants: check hydra.sweeper.params and your overrides")
+    from selector.engines import engine_for
     from selector.serving.knobs import check_engine_knobs, setting_of, swept_knobs
-    from selector.serving.vllm import core_shares
 
     knobs = swept_knobs(p.cfg for p in planned)  # settings of one model x precision are distinct variants
-    for p in planned:
+    checked_engines: set[str] = set()
+    for p, origin in zip(planned, origins):
         check_engine_knobs(p.cfg, given_keys(p.overrides), knobs)
         p.setting = setting_of(p.cfg, knobs)
-        if p.cfg.engine.server == "vllm":
-            core_shares(p.cfg.threads, p.cfg.engine.vllm.instances)  # more instances than cores
+        seen = repr((p.cfg.engine, p.cfg.threads))
+        if seen not in checked_engines:  # each distinct engine setting once (vLLM's --help takes seconds)
+            engine_for(p.cfg.engine).check(p.cfg, origin)
+            checked_engines.add(seen)
     adhoc.check_distinct_names(planned)
     check_reference(planned, origins[0])
     policy_notices(planned[0].cfg, notices)
-    check_engine_and_load(planned[0].cfg, origins[0])
+    check_load(planned[0].cfg, origins[0])
     check_compare_to(planned[0].cfg)
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
@@ -211,27 +214,8 @@ def policy_notices(cfg: SelectorConfig, notices: list[str]) -> list[str]:
     return notices
 
 
-def check_engine_and_load(cfg: SelectorConfig, origin: Origin) -> None:
-    """Engine and load-test settings are checked now, not after every variant's evaluation."""
-    from selector.registry import UnknownNameError
-    from selector.sweep.engine_runs import ENGINE_RUNS
-
-    try:
-        ENGINE_RUNS.target(cfg.engine.kind)
-    except UnknownNameError as e:
-        raise origin.error("engine.kind", str(e)) from None
-    from selector.engines.fast import compile_setting
-
-    compile_setting(cfg.engine.compile)  # a typo stops the sweep now, not each variant after its evaluation
-    if cfg.engine.kind == "openai" and not (cfg.engine.base_url or cfg.engine.server_command or cfg.engine.server):
-        raise origin.error("engine.base_url", "engine=openai needs base_url (attach to a running server) or "
-                           "server_command (start one per variant)")
-    if cfg.engine.server == "vllm":
-        from selector.serving.vllm import check_args, check_harness_flags, python_for
-
-        check_harness_flags(cfg.engine.vllm)
-        python = python_for(cfg.engine.vllm)  # vLLM not installed: one line naming the install command, now
-        check_args(cfg.engine.vllm, python)  # a flag this vLLM does not have, now
+def check_load(cfg: SelectorConfig, origin: Origin) -> None:
+    """Load-test settings are checked now, not after every variant's evaluation."""
     load = cfg.measure.load
     if load.enabled or load.capacity:
         from selector.measure.capacity import check_capacity

@@ -141,12 +141,13 @@ def _parse(path: Path) -> SweepState:
 def _setting_subdir(*, _root_: Any) -> str:
     """'/max_batch_size=8' for a job of a sweep that varies serving knobs, else ''. The knobs are
     the sweep's (sweep.json, written before any job starts); the values are this job's."""
-    from selector.serving.knobs import BY_SHORT, setting_dir
+    from selector.serving.knobs import all_knobs, setting_dir
 
     knobs = _sweep_knobs(_root_)
     if not knobs:
         return ""
-    return "/" + setting_dir({short: OmegaConf.select(_root_, BY_SHORT[short]) for short in knobs})
+    dotted = {short: key for key, short in all_knobs().items()}
+    return "/" + setting_dir({short: OmegaConf.select(_root_, dotted[short]) for short in knobs})
 
 
 def _sweep_knobs(root: Any) -> list[str]:

@@ -8,7 +8,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from selector.engines.base import Engine, GenerationRequest, LoglikelihoodRequest, Progress
+from selector.engines.base import Evaluator, GenerationRequest, LoglikelihoodRequest, Progress
 from selector.stats import mean_interval
 from selector.tasks.task import Task
 from selector.tasks.metrics import ScoreInput, get_metric, pick_choice
@@ -17,7 +17,7 @@ from selector.records import SampleRecord, TaskResult
 
 
 def evaluate_task(
-    engine: Engine,
+    engine: Evaluator,
     task: Task,
     model_name: str,
     model_prompt_style: str,
@@ -75,7 +75,7 @@ def summarize(task: Task, item_scores: dict[str, float], confidence: float = 0.9
 
 
 def _generate(
-    engine: Engine, requests: list[GenerationRequest], progress: Progress | None
+    engine: Evaluator, requests: list[GenerationRequest], progress: Progress | None
 ) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
     generations = engine.generate(requests, progress=progress)
     if len(generations) != len(requests):
@@ -85,7 +85,7 @@ def _generate(
 
 
 def _choose(
-    engine: Engine, task: Task, groups: list[list[LoglikelihoodRequest]], progress: Progress | None
+    engine: Evaluator, task: Task, groups: list[list[LoglikelihoodRequest]], progress: Progress | None
 ) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
     flat = [r for group in groups for r in group]
     results = engine.loglikelihood(flat, progress=_items_progress(groups, progress))

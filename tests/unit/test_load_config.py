@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from selector.compose import compose as _compose
-from selector.config import VllmConfig
+from selector.engines.vllm import VllmConfig
 from selector.errors import ConfigError
 from selector.serving.process import render_command
 
@@ -24,13 +24,15 @@ def test_measure_load_configs(name: str) -> None:
     assert slo == {"e2e_ms": 4000.0}
 
 
-@pytest.mark.parametrize("name", ["openai", "openai-transformers"])
-def test_openai_engine_configs(name: str) -> None:
-    engine = _compose([f"engine={name}"]).engine
+def test_attached_engine_config() -> None:
+    engine = _compose(["engine=openai"]).engine
     assert engine.kind == "openai" and engine.batch_size >= 1 and engine.api_key_env is None
-    if engine.server_command is None:
-        assert engine.base_url and engine.base_url.endswith("/v1")
-        return
+    assert engine.base_url and engine.base_url.endswith("/v1")
+
+
+def test_command_engine_config_renders_its_template() -> None:
+    engine = _compose(["engine=openai-transformers"]).engine
+    assert engine.kind == "command" and engine.batch_size >= 1 and engine.api_key_env is None
     argv = render_command(engine.server_command, VALUES)
     assert "cache/models/my model" in argv  # one argument, spaces and all
     assert argv[argv.index("--port") + 1] == "8123" and argv[argv.index("--host") + 1] == "127.0.0.1"
@@ -42,8 +44,8 @@ def test_vllm_engine_builds_its_command_from_the_config(name: str) -> None:
 
     engine = _compose([f"engine={name}", "engine.vllm.max_num_seqs=4", "engine.vllm.enforce_eager=true",
                        "engine.vllm.args=[--seed,'7']"]).engine
-    assert engine.kind == "openai" and engine.server == "vllm" and engine.server_command is None
-    argv = command(engine, "/env/bin/python", model_path="cache/models/my model", host="127.0.0.1", port=8123,
+    assert engine.kind == "vllm" and not hasattr(engine, "server_command")
+    argv = command(engine.vllm, "/env/bin/python", model_path="cache/models/my model", host="127.0.0.1", port=8123,
                    dtype="bfloat16", served_model="variant")
     assert argv[:3] == ["/env/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert argv[argv.index("--model") + 1] == "cache/models/my model"  # one argument, spaces and all
@@ -59,9 +61,11 @@ def test_vllm_knobs_belong_to_vllm() -> None:
 
     vllm, hf = _compose(["engine=vllm"]), _compose(["engine=hf"])
     check_engine_knobs(vllm, {"engine.vllm.max_num_seqs"}, {"max_num_batched_tokens"})  # its own: fine
-    with pytest.raises(ConfigError, match="max_batch_size belongs to the in-process batcher"):
+    with pytest.raises(ConfigError, match="max_batch_size is a knob of engine=hf, not of engine=vllm; engine=vllm "
+                                          "batches with engine.vllm.max_num_seqs"):
         check_engine_knobs(vllm, set(), {"max_batch_size"})
-    with pytest.raises(ConfigError, match="max_num_seqs is a flag of vLLM's server"):
+    with pytest.raises(ConfigError, match="max_num_seqs is a knob of engine=vllm, not of engine=hf; engine=hf "
+                                          "batches with measure.load.max_batch_size"):
         check_engine_knobs(hf, {"engine.vllm.max_num_seqs"}, set())
 
 
@@ -109,21 +113,42 @@ def test_latency_from_engine_vllm_is_named_vllm() -> None:
     from tests.factories import run_record
 
     record = run_record("m", "bf16")
+    record.config = {"engine": {"kind": "vllm"}}
+    assert measuring_engine(record) == "vllm"
+    # a record written before engines had kinds of their own reads the same
     record.config = {"engine": {"kind": "openai", "server": "vllm", "server_command": None}}
     assert measuring_engine(record) == "vllm"
+    record.config = {"engine": {"kind": "openai", "server": None, "base_url": "http://127.0.0.1:8000/v1"}}
+    assert measuring_engine(record) is None  # an attached server: whatever serves at that URL
+    record.config = {"engine": {"kind": "command", "server_command": "/opt/tgi/bin/text-generation-launcher --port {port}"}}
+    assert measuring_engine(record) == "text-generation-launcher"
 
 
-def test_an_unknown_engine_kind_stops_the_preflight_with_the_known_ones() -> None:
-    from selector.origin import Origin
-    from selector.sweep.engine_runs import ENGINE_RUNS
-    from selector.sweep.preflight import check_engine_and_load
+def test_an_unknown_engine_kind_stops_with_the_known_ones() -> None:
+    from selector.engines import ENGINES
 
-    assert ENGINE_RUNS.names() == ["hf", "openai"]
-    cfg = _compose(["engine.kind=hff"])
+    assert {"hf", "vllm", "command", "openai"} <= set(ENGINES.names())
     with pytest.raises(ConfigError) as err:
-        check_engine_and_load(cfg, Origin(given=frozenset({"engine.kind"})))
+        _compose(["engine.kind=hff"])
     assert (err.value.where, err.value.field) == ("command line", "engine.kind")
-    assert "unknown engine 'hff'. Did you mean 'hf'? Known: hf, openai." == err.value.problem
+    assert err.value.problem.startswith("unknown engine kind 'hff'. Did you mean 'hf'? Known: ")
+
+
+def test_a_setting_its_engine_kind_lacks_names_the_kind_that_has_it() -> None:
+    with pytest.raises(ConfigError) as err:
+        _compose(["engine.max_num_seqs=4"])
+    assert (err.value.where, err.value.field) == ("command line", "engine.max_num_seqs")
+    assert "engine.vllm.max_num_seqs is a setting of engine=vllm" in err.value.problem
+    with pytest.raises(ConfigError) as err:
+        _compose(["engine=vllm", "engine.vllm.max_num_seq=4"])
+    assert err.value.field == "engine.vllm.max_num_seq"
+    assert "Did you mean engine.vllm.max_num_seqs?" in err.value.problem
+    with pytest.raises(ConfigError) as err:
+        _compose(["engine=vllm", "engine.base_url=http://x"])
+    assert "It is a setting of engine kind openai" in err.value.problem
+    with pytest.raises(ConfigError) as err:
+        _compose(["engine=vllm", "engine.vllm.instances=0"])
+    assert (err.value.field, err.value.problem) == ("engine.vllm.instances", "must be at least 1, got 0")
 
 
 def test_vllm_instances_split_the_cores_evenly_and_need_one_each(monkeypatch) -> None:

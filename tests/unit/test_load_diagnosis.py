@@ -80,7 +80,9 @@ def test_a_server_split_uses_means_and_names_what_its_histograms_miss() -> None:
     queued = level(16, queue_ms=pct(700, mean=700), compute=pct(250, mean=250), e2e=pct(1000, mean=1000), source="vllm")
     assert "vLLM --max-num-seqs" in diagnose(queued, Serving("server")).advice
     # vLLM started by the harness: the advice names the knobs a sweep can vary, with their values.
-    vllm = Serving.of({"engine": {"kind": "openai", "server": "vllm", "vllm": {"max_num_seqs": 4, "instances": 2}}})
+    vllm = Serving.of({"engine": {"kind": "vllm", "vllm": {"max_num_seqs": 4, "instances": 2}}})
+    # a record written before engines had kinds of their own reads the same
+    assert vllm == Serving.of({"engine": {"kind": "openai", "server": "vllm", "vllm": {"max_num_seqs": 4, "instances": 2}}})
     assert diagnose(queued, vllm).advice == ("sweep engine.vllm.max_num_seqs (now 4) to run more requests at once, "
                                              "or engine.vllm.instances (now 2) to spread them over servers")
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from selector.config import ModelConfig, PrecisionConfig, SelectorConfig, SourceConfig
+from selector.engines.inprocess import HfEngineConfig
+from selector.engines.vllm import VllmEngineConfig
 from selector.plan.arch import ArchFacts
 from selector.plan.estimate import estimate_weights, plan_row
 from tests.unit.test_plan_arch import QWEN_CODER, SMOLLM2, precision
@@ -78,11 +80,10 @@ def test_plan_row_passes_the_sweeps_engine(tmp_path) -> None:  # type: ignore[no
     (tmp_path / "config.json").write_text(json.dumps(QWEN_CODER))
     model = ModelConfig(name="q", source=SourceConfig(kind="local", path=str(tmp_path)))
     rows = {}
-    for kind in ("hf", "openai"):
-        cfg = SelectorConfig(model=model, precision=AWQ4, cache_dir=str(tmp_path / "cache"))
-        cfg.engine.kind = kind
-        rows[kind] = plan_row(cfg, batch=1, context=128, gpu_gib=None, device="cuda").weight_bytes
-    assert rows["hf"] - rows["openai"] == g_idx_bytes(arch())
+    for engine in (HfEngineConfig(), VllmEngineConfig()):
+        cfg = SelectorConfig(model=model, precision=AWQ4, cache_dir=str(tmp_path / "cache"), engine=engine)
+        rows[engine.kind] = plan_row(cfg, batch=1, context=128, gpu_gib=None, device="cuda").weight_bytes
+    assert rows["hf"] - rows["vllm"] == g_idx_bytes(arch())
 
 
 def test_an_unknown_backend_is_estimated_unquantized() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from selector.config import CalibrationConfig, ModelConfig, PrecisionConfig, SelectorConfig, SourceConfig
+from selector.engines.inprocess import HfEngineConfig
 from selector.errors import ConfigError
 from selector.precisions import BACKENDS, get_backend
 
@@ -69,7 +70,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def config(tiny: Path, backend: str, method: str = "half", cache: Path | None = None, **params: object) -> SelectorConfig:
     model = ModelConfig(name="tiny", source=SourceConfig(kind="local", path=str(tiny)))
     prec = PrecisionConfig(name="h8", backend=backend, method=method, bits=8, params=dict(params))
-    return SelectorConfig(model=model, precision=prec, cache_dir=str(cache or tiny.parent / "cache"), device="cpu")
+    return SelectorConfig(model=model, precision=prec, cache_dir=str(cache or tiny.parent / "cache"), device="cpu",
+                          engine=HfEngineConfig())
 
 
 def test_plan_asks_the_new_backend(half: str, tiny: Path) -> None:

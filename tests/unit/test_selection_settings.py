@@ -150,7 +150,7 @@ def test_latency_measured_on_another_engine_than_the_deployed_one_is_the_first_w
     for policy in (PolicyConfig(latency_limits=limits, deploy_engine="HF"), PolicyConfig(latency_limits=limits),
                    PolicyConfig(deploy_engine="vllm")):
         assert not any(w.startswith("Latency decides") for w in select(records, policy).warnings), policy
-    served = [r.model_copy(update={"config": {**r.config, "engine": {"kind": "openai",
+    served = [r.model_copy(update={"config": {**r.config, "engine": {"kind": "command",
                                                                      "server_command": "vllm serve {model_path}"}}})
               for r in records]
     assert not any("Latency decides" in w for w in select(served, PolicyConfig(objective="latency",

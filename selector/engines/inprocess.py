@@ -1,0 +1,209 @@
+"""engine=hf: transformers in the variant's own worker process.
+
+`start` loads the variant's checkpoint from the cache (quantizing it there first only if the
+preparation process did not) between two readings of the process's memory, so the load has a peak
+of its own; from then on the process serves it, and its resident high-water mark (or CUDA's
+reserved peak) is the serving peak, except while fidelity's probe passes run (selector's own
+measurement, with prompts of up to 1024 tokens and the whole vocabulary's distributions).
+
+Evaluation batches through HFEngine (engines/hf.py); every timed figure goes through `send`, a
+dynamic batching scheduler in front of the model (serving/batching.py), as a server would take the
+requests: at concurrency 1 a batch of one, at a throughput batch size that many at once, under
+load the batching the measure config sets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from selector.engines.base import GenerationRequest
+from selector.engines.spec import Batching, Engine, EngineInfo, Knob, Range, Running, StartContext, TopLogprobs
+from selector.engines.trace import RequestTrace
+
+log = logging.getLogger("selector.engines.inprocess")
+
+
+@dataclass
+class HfEngineConfig:
+    kind: str = "hf"
+    batch_size: int = 8  # evaluation rows per batch
+    max_batch_tokens: int = 16384  # cap on padded tokens per batch, so long prompts get smaller batches
+    # Static KV cache + torch.compile'd decode step (engines/fast.py). auto: on for CUDA, off for
+    # CPU; on: also on CPU, and a failing compile fails the variant. A string: quote it in YAML
+    # ('on'), where a bare on/off reads as true/false (also accepted).
+    compile: str = "auto"
+
+
+class InProcessEngine(Engine):
+    kind = "hf"
+    label = "hf"
+    Config = HfEngineConfig
+    in_process = True
+    # The dynamic batcher in front of the model under load: its knobs live with the load test.
+    knobs = (Knob("measure.load.max_batch_size", "max_batch_size", "at least 1", lambda v: v >= 1),
+             Knob("measure.load.max_queue_delay_ms", "max_queue_delay_ms", "0 or more", lambda v: v >= 0))
+    ranges = (Range("batch_size", lambda v: v >= 1, "at least 1"),
+              Range("max_batch_tokens", lambda v: v >= 1, "at least 1"))
+
+    def check(self, cfg: Any, origin: Any) -> None:
+        from selector.engines.fast import compile_setting
+        from selector.errors import ConfigError
+
+        try:
+            compile_setting(self.config.compile)  # a typo stops the sweep now, not each variant
+        except ConfigError as e:
+            raise origin.error("engine.compile", e.problem) from None
+
+    def start(self, ctx: StartContext) -> InProcessRunning:
+        return InProcessRunning(self.config, ctx)
+
+
+class InProcessRunning(Running):
+    name = "hf"
+    token_ids = True
+
+    def __init__(self, config: HfEngineConfig, ctx: StartContext) -> None:
+        from selector.engines.hf import HFEngine
+        from selector.measure.memory import PhaseMeter, current_rss_bytes
+        from selector.precisions import load_variant
+        from selector.precisions.calibration import calibration_texts
+
+        cfg = ctx.cfg
+        self.cfg, self.config, self.device = cfg, config, ctx.device
+        _import_runtime(cfg.precision.backend)  # the runtime figure holds the libraries, the load only the model
+        self.meter = PhaseMeter(ctx.device)
+        self.meter.start()
+        self.runtime_rss = current_rss_bytes()
+        self.resolved, self.loaded = load_variant(
+            cfg.model, cfg.precision, cfg.cache_dir, ctx.device, calibration=cfg.calibration,
+            calibration_texts=lambda: calibration_texts(cfg.calibration, ctx.tasks))
+        self.load_peak = self.meter.read()
+        self.meter.start()  # from here on: serving it
+        self.held = None  # the serving peak before a pass that does not count (fidelity)
+        self.model, self.tokenizer = self.loaded.model, self.loaded.tokenizer
+        self.hf = HFEngine(self.model, self.tokenizer, config.batch_size, config.max_batch_tokens,
+                           compile=config.compile)
+        self._encoded: dict[int, list[int]] = {}  # requests tokenized ahead of a timed run, by id
+
+    # ---- evaluation ---------------------------------------------------------------------------
+    def generate(self, requests, progress=None):  # type: ignore[no-untyped-def]
+        return self.hf.generate(requests, progress)
+
+    def loglikelihood(self, requests, progress=None):  # type: ignore[no-untyped-def]
+        return self.hf.loglikelihood(requests, progress)
+
+    def render(self, prompt: Any) -> str:
+        return self.hf.render(prompt)
+
+    def rebatched(self, batch_size: int) -> Any:
+        from selector.engines.hf import HFEngine
+
+        return HFEngine(self.model, self.tokenizer, batch_size, self.config.max_batch_tokens)
+
+    # ---- timed requests -------------------------------------------------------------------------
+    @asynccontextmanager
+    async def session(self, batching: Batching) -> AsyncIterator[Any]:
+        """A dynamic batching scheduler in front of the model; `send` submits to it and waits."""
+        from selector.measure.load_driver import Channel
+        from selector.measure.requests import Conversations
+        from selector.measure.utilization import UtilizationMonitor, nvml_indices, own_process
+        from selector.serving.batching import BatchingScheduler
+
+        device = next(self.model.parameters()).device
+        gpus = nvml_indices([device.index or 0]) if device.type == "cuda" else []
+        loop = asyncio.get_running_loop()
+        scheduler = BatchingScheduler(self.model, self.tokenizer, batching.max_batch_size,
+                                      batching.max_queue_delay_ms, eos_ids=self.hf.eos_ids, pad_id=self.hf.pad_id,
+                                      generate=self.hf.fast.generate)
+        with scheduler:
+
+            async def send(request: GenerationRequest) -> RequestTrace:
+                done: asyncio.Future[RequestTrace] = loop.create_future()
+
+                def deliver(trace: RequestTrace) -> None:  # on the scheduler thread
+                    loop.call_soon_threadsafe(lambda: done.done() or done.set_result(trace))
+
+                ids = request.token_ids if request.token_ids is not None else self._encoded.get(id(request))
+                ids = ids if ids is not None else self.hf.encode(request.prompt)  # a turn: the conversation so far
+                scheduler.submit(ids, request.max_new_tokens, request.stop, deliver, ignore_eos=request.ignore_eos)
+                return await done
+
+            # The harness is this event loop's thread; the model runs on the scheduler's.
+            def monitor() -> UtilizationMonitor:
+                return UtilizationMonitor(own_process, time.thread_time, gpus, subtract_harness=True)
+
+            yield Channel(Conversations().wrap(send), monitor, after_level=scheduler.drain)
+
+    def prepare(self, requests: list[Any]) -> None:
+        """Tokenized now, not while the clock runs (a session's later turns are, when sent)."""
+        self._encoded.update({id(r): self.hf.encode(r.prompt) for r in requests})
+
+    def warm(self, ids: list[list[int]], new_tokens: int) -> None:
+        """Compile the fast path for this shape outside any timed run (engine.compile)."""
+        import torch
+
+        self.hf.fast.warm(torch.tensor(ids, device=next(self.model.parameters()).device), new_tokens, self.hf.pad_id)
+
+    # ---- fidelity -----------------------------------------------------------------------------
+    def token_logprobs(self, prompts: list[list[int]], positions: int) -> Iterator[TopLogprobs]:
+        """The whole vocabulary's log-probabilities, one probe at a time, unpadded. Selector's own
+        measurement: the serving peak so far is kept and the meter restarts after it."""
+        from selector.measure.fidelity import probe_logprobs
+        from selector.measure.memory import higher
+
+        self.held = higher(self.held, self.meter.read())
+        try:
+            for logp in probe_logprobs(self.model, prompts, positions):
+                yield TopLogprobs(logp)
+        finally:
+            self.meter.start()
+
+    # ---- memory and what ran ---------------------------------------------------------------------
+    def memory(self) -> Any:
+        from selector.measure.memory import higher, measure_memory
+        from selector.precisions.base import dir_bytes
+
+        loaded, resolved = self.loaded, self.resolved
+        artifact = loaded.quant.artifact_bytes if loaded.quant and loaded.quant.artifact_bytes else None
+        on_disk = artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
+        return measure_memory(self.model, self.device, on_disk, serving=higher(self.meter.read(), self.held),
+                              load=self.load_peak, runtime_rss_bytes=self.runtime_rss)
+
+    def info(self) -> EngineInfo:
+        from selector.precisions.kernel_info import unpacked_note
+
+        loaded = self.loaded
+        notes = list(loaded.notes)
+        if loaded.quant is not None and loaded.kernel is not None and loaded.kernel.unpacked:
+            notes.append(unpacked_note(loaded.kernel))  # plain Linear where a quantized model was loaded
+        fast = self.hf.fast
+        return EngineInfo(quant=loaded.quant, kernel=loaded.kernel, notes=notes,
+                          params=int(self.resolved.manifest.get("parameters", 0)),
+                          compiled=fast.active, compile_s=fast.compile_s, compile_note=fast.note)
+
+    def stop(self, interrupted: bool = False) -> None:
+        """Drop the model so its memory goes back before anything else in this process runs."""
+        import gc
+
+        self.model = self.hf = None  # type: ignore[assignment]
+        if getattr(self, "loaded", None) is not None:
+            self.loaded.model = None
+        gc.collect()
+
+
+def _import_runtime(backend_name: str) -> None:
+    """Import what loading the model imports (transformers' model classes, the precision's library):
+    hundreds of MB of code and tables that any process serving this model holds before its weights."""
+    import importlib
+
+    from selector.precisions import get_backend
+
+    for name in ("transformers.models.auto.modeling_auto", get_backend(backend_name).library):
+        if name:
+            importlib.import_module(name)

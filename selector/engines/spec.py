@@ -1,0 +1,235 @@
+"""What an engine is: one class per kind, registered in selector/engines/__init__.py.
+
+An engine owns its typed config (`Config`, a dataclass: conf/engine/<name>.yaml is validated against
+it) and answers, before anything loads, whether it can run a variant here, what of its config can
+change a score, which serving knobs it has and what it is called. `start` returns a `Running`
+engine: everything a variant is evaluated and measured through (selector/sweep/pipeline.py), the
+same calls whatever runs the model, so a served variant gets every figure an in-process one gets:
+
+    generate / loglikelihood      evaluation (batched; a server takes them concurrently)
+    session(batching)             the load driver's streamed, timed `send` (latency at c=1,
+                                  throughput, load ladder, capacity), with the engine's own
+                                  utilisation and queue/compute split
+    token_logprobs(prompts, k)    fidelity through what serves the variant
+    memory()                      what serving it held, as the engine holds it
+    info()                        version, kernels, packed or not, quantization
+    stop()
+
+Heavy libraries (torch, transformers, vLLM) are imported only inside `start` and what it returns,
+so every config validates without them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from selector.engines.base import Evaluator
+
+if TYPE_CHECKING:
+    from selector.config import SelectorConfig
+    from selector.measure.load_driver import Probe
+    from selector.origin import Origin
+    from selector.records import KernelInfo, MemoryResult, QuantInfo, ServingInfo
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A serving setting a sweep may vary without changing any score (selector.serving.knobs):
+    each value is its own variant, sharing the scored items of its model x precision."""
+
+    key: str  # the dotted config key, e.g. engine.vllm.max_num_seqs
+    short: str  # the name a setting shows: "max_num_seqs=8"
+    rule: str  # what it must be, for the error when it is not
+    ok: Callable[[Any], bool] = lambda v: True
+
+
+@dataclass(frozen=True)
+class Range:
+    """A number an engine config's type cannot restrict, checked before anything loads."""
+
+    key: str  # dotted, below `engine.`
+    ok: Callable[[Any], bool]
+    rule: str
+
+
+@dataclass
+class Batching:
+    """How the requests of one measurement are batched by an engine that batches them itself
+    (the in-process engine's dynamic batcher). A server batches as it was started to."""
+
+    max_batch_size: int = 1
+    max_queue_delay_ms: float = 0.0
+
+
+@dataclass
+class StartContext:
+    """What an engine starts a variant from: its config, where it runs and writes its logs, and
+    the tasks (whose texts may calibrate a quantization that is not cached yet)."""
+
+    cfg: SelectorConfig
+    device: str  # cpu | cuda | cuda:N
+    job_dir: Path  # the variant's folder: server logs go here
+    tasks: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class EngineInfo:
+    """What ran the variant, for the record: the precision's quantization (from its artifact), the
+    kernel the in-process engine runs, the server's own account (version, kernels, instances)."""
+
+    quant: QuantInfo | None = None
+    kernel: KernelInfo | None = None
+    serving: ServingInfo | None = None
+    params: int = 0  # the model's parameter count when the engine knows it
+    notes: list[str] = field(default_factory=list)
+    # The in-process fast path (engine.compile): on or not, its compile seconds, why it is off.
+    compiled: bool | None = None
+    compile_s: float | None = None
+    compile_note: str = ""
+
+
+@dataclass
+class TopLogprobs:
+    """One probe's next-token distributions at its last positions, as the engine computed them:
+    per position, the `k` most likely token ids (most likely first) and their log-probabilities,
+    or (ids None) the whole vocabulary's, in token-id order (in-process)."""
+
+    logp: Any  # float32 [positions, k or vocabulary]
+    ids: Any = None  # int64 [positions, k]; None: logp covers every token id
+
+class Running(Evaluator):
+    """A started engine, serving one variant. A context manager: leaving it stops the engine."""
+
+    name: str = ""  # the engine's display name (hf, vllm, ...)
+    tokenizer: Any = None  # the checkpoint's tokenizer when there is one here (synthetic prompts, probes)
+    token_ids: bool = True  # accepts prompts as token ids (GenerationRequest.token_ids)
+
+    def encode(self, prompt: Any) -> list[int]:
+        """The token ids the model sees for a prompt (chat template applied), as the in-process
+        engine encodes them."""
+        from selector.engines.hf import encode_prompt
+
+        if self.tokenizer is None:
+            raise ValueError(f"engine {self.name} has no tokenizer here to encode prompts with")
+        return encode_prompt(self.tokenizer, prompt)
+
+    def session(self, batching: Batching) -> AbstractAsyncContextManager[Probe]:
+        """An async context (inside an event loop) giving the load driver's Probe: `send` and how
+        to measure a level (utilisation, the queue/compute split)."""
+        raise NotImplementedError
+
+    def prepare(self, requests: list[Any]) -> None:
+        """Requests about to be timed: whatever can be done to them before the clock starts
+        (in-process: tokenizing them)."""
+
+    def warm(self, ids: list[list[int]], new_tokens: int) -> None:
+        """Compile this batch shape now, if the engine compiles per shape, so no timed run does."""
+
+    def rebatched(self, batch_size: int) -> Evaluator:
+        """The same engine evaluating `batch_size` requests at a time (the noise floor)."""
+        raise NotImplementedError
+
+    def token_logprobs(self, prompts: list[list[int]], positions: int) -> Iterator[TopLogprobs]:
+        """Per prompt (token ids), the next-token distributions at its last `positions` positions:
+        the whole vocabulary's, or the top `max_logprobs` the engine gives (a server)."""
+        raise NotImplementedError
+
+    max_logprobs: int | None = None  # the most log-probabilities per position it returns (None: all)
+
+    def memory(self) -> MemoryResult:
+        """What serving the variant held, as this engine holds it (docs/memory.md)."""
+        raise NotImplementedError
+
+    def info(self) -> EngineInfo:
+        raise NotImplementedError
+
+    def check_alive(self, during: str) -> None:
+        """Raise when what serves the variant has died (a server process); nothing in-process."""
+
+    def stop(self, interrupted: bool = False) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Running:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.stop(interrupted=exc_type is not None and not issubclass(exc_type, Exception))
+
+
+class Engine:
+    """The base of every engine kind. Subclasses set the class attributes and implement `start`."""
+
+    kind: ClassVar[str] = ""  # the registry name, as `kind:` in conf/engine/*.yaml
+    label: ClassVar[str] = ""  # what the report calls it
+    Config: ClassVar[type] = object  # its typed config (a dataclass)
+    in_process: ClassVar[bool] = False  # runs the model in the variant's worker process
+    needs_checkpoint: ClassVar[bool] = True  # the variant's checkpoint is made (converted, quantized) first
+    knobs: ClassVar[tuple[Knob, ...]] = ()
+    ranges: ClassVar[tuple[Range, ...]] = ()
+    # Config fields that change how requests are scheduled or how the engine is found, never an
+    # answer: left out of the evaluation key, so settings share scored items.
+    not_scored: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    # ---- before anything loads -------------------------------------------------------------
+    def display_name(self) -> str:
+        return self.label or self.kind
+
+    def planned_runtime_bytes(self, device: str) -> int | None:
+        """What `plan` counts for the engine itself before any weights (None: the process's own,
+        measured before the model loads, as the in-process engine does)."""
+        return None
+
+    def deploy_name(self) -> str | None:
+        """The name policy.deploy_engine would give what runs the variant (None: not known here)."""
+        return self.kind
+
+    def check(self, cfg: SelectorConfig, origin: Origin) -> None:
+        """Settings that cannot work stop the sweep now (a ConfigError naming the field)."""
+
+    def unavailable(self, cfg: SelectorConfig) -> str | None:
+        """Why this engine cannot run this variant here (recorded as skipped), or None."""
+        return None
+
+    def key_material(self) -> dict[str, Any]:
+        """What of this config can change a score (the evaluation key)."""
+        data = dataclasses.asdict(self.config)
+        return _without(data, self.not_scored)
+
+    def measure_material(self) -> dict[str, Any]:
+        """What changes only the measurements (in the variant key beside the evaluation key)."""
+        data = dataclasses.asdict(self.config)
+        return _only(data, self.not_scored)
+
+    # ---- a variant ------------------------------------------------------------------------
+    def start(self, ctx: StartContext) -> Running:
+        raise NotImplementedError
+
+
+def _without(data: dict[str, Any], dotted: tuple[str, ...]) -> dict[str, Any]:
+    out = dict(data)
+    for key in dotted:
+        head, _, rest = key.partition(".")
+        if rest and isinstance(out.get(head), dict):
+            out[head] = _without(out[head], (rest,))
+        else:
+            out.pop(head, None)
+    return out
+
+
+def _only(data: dict[str, Any], dotted: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in dotted:
+        head, _, rest = key.partition(".")
+        if rest and isinstance(data.get(head), dict):
+            out.setdefault(head, {}).update(_only(data[head], (rest,)))
+        elif head in data:
+            out[head] = data[head]
+    return out
