@@ -112,3 +112,14 @@ def selector_config(cache_dir: str | Path, model: ModelConfig | str = "tiny",
     return SelectorConfig(model=ModelConfig(name=model) if isinstance(model, str) else model,
                           precision=shipped_precision(precision) if isinstance(precision, str) else precision,
                           cache_dir=str(cache_dir), **fields)
+
+
+def inprocess(model: Any, tokenizer: Any, **config: Any) -> Any:
+    """The in-process engine (selector.engines.inprocess) around a model the test loaded itself."""
+    from selector.engines.inprocess import HfEngineConfig, InProcessRunning
+    from selector.precisions.loading import LoadedModel
+
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return InProcessRunning(HfEngineConfig(**config), LoadedModel(model, tokenizer, "cpu"))

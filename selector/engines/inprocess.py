@@ -61,35 +61,48 @@ class InProcessEngine(Engine):
             raise origin.error("engine.compile", e.problem) from None
 
     def start(self, ctx: StartContext) -> InProcessRunning:
-        return InProcessRunning(self.config, ctx)
+        return InProcessRunning.load(self.config, ctx)
 
 
 class InProcessRunning(Running):
     name = "hf"
     token_ids = True
 
-    def __init__(self, config: HfEngineConfig, ctx: StartContext) -> None:
+    def __init__(self, config: HfEngineConfig, loaded: Any, resolved: Any = None, device: str = "cpu") -> None:
+        """The engine around a model already loaded (LoadedModel); `load` loads one as a sweep does."""
         from selector.engines.hf import HFEngine
+        from selector.measure.memory import PhaseMeter
+
+        self.config, self.loaded, self.resolved, self.device = config, loaded, resolved, device
+        self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.hf = HFEngine(self.model, self.tokenizer, config.batch_size, config.max_batch_tokens,
+                           compile=config.compile)
+        self._encoded: dict[int, list[int]] = {}  # requests tokenized ahead of a timed run, by id
+        self.meter = PhaseMeter(device)
+        self.meter.start()  # from here on: serving it
+        self.held = None  # the serving peak before a pass that does not count (fidelity)
+        self.load_peak, self.runtime_rss = None, None
+
+    @classmethod
+    def load(cls, config: HfEngineConfig, ctx: StartContext) -> InProcessRunning:
+        """Load the variant from the cache (quantizing it first only if the preparation process did
+        not), between two readings of this process's memory: the load is a phase of its own."""
         from selector.measure.memory import PhaseMeter, current_rss_bytes
         from selector.precisions import load_variant
         from selector.precisions.calibration import calibration_texts
 
         cfg = ctx.cfg
-        self.cfg, self.config, self.device = cfg, config, ctx.device
         _import_runtime(cfg.precision.backend)  # the runtime figure holds the libraries, the load only the model
-        self.meter = PhaseMeter(ctx.device)
-        self.meter.start()
-        self.runtime_rss = current_rss_bytes()
-        self.resolved, self.loaded = load_variant(
+        meter = PhaseMeter(ctx.device)
+        meter.start()
+        runtime = current_rss_bytes()
+        resolved, loaded = load_variant(
             cfg.model, cfg.precision, cfg.cache_dir, ctx.device, calibration=cfg.calibration,
             calibration_texts=lambda: calibration_texts(cfg.calibration, ctx.tasks))
-        self.load_peak = self.meter.read()
-        self.meter.start()  # from here on: serving it
-        self.held = None  # the serving peak before a pass that does not count (fidelity)
-        self.model, self.tokenizer = self.loaded.model, self.loaded.tokenizer
-        self.hf = HFEngine(self.model, self.tokenizer, config.batch_size, config.max_batch_tokens,
-                           compile=config.compile)
-        self._encoded: dict[int, list[int]] = {}  # requests tokenized ahead of a timed run, by id
+        load_peak = meter.read()
+        running = cls(config, loaded, resolved, ctx.device)
+        running.load_peak, running.runtime_rss = load_peak, runtime
+        return running
 
     # ---- evaluation ---------------------------------------------------------------------------
     def generate(self, requests, progress=None):  # type: ignore[no-untyped-def]
@@ -171,7 +184,7 @@ class InProcessRunning(Running):
 
         loaded, resolved = self.loaded, self.resolved
         artifact = loaded.quant.artifact_bytes if loaded.quant and loaded.quant.artifact_bytes else None
-        on_disk = artifact or dir_bytes(loaded.artifact_dir) or resolved.artifact_bytes()
+        on_disk = artifact or dir_bytes(loaded.artifact_dir) or (resolved.artifact_bytes() if resolved else None)
         return measure_memory(self.model, self.device, on_disk, serving=higher(self.meter.read(), self.held),
                               load=self.load_peak, runtime_rss_bytes=self.runtime_rss)
 
@@ -184,7 +197,7 @@ class InProcessRunning(Running):
             notes.append(unpacked_note(loaded.kernel))  # plain Linear where a quantized model was loaded
         fast = self.hf.fast
         return EngineInfo(quant=loaded.quant, kernel=loaded.kernel, notes=notes,
-                          params=int(self.resolved.manifest.get("parameters", 0)),
+                          params=int(self.resolved.manifest.get("parameters", 0)) if self.resolved else 0,
                           compiled=fast.active, compile_s=fast.compile_s, compile_note=fast.note)
 
     def stop(self, interrupted: bool = False) -> None:

@@ -243,7 +243,7 @@ def _log1m_exp(x: Any) -> Any:
     """log(1 - exp(x)) for x <= 0 (the log of the mass outside a set whose log-mass is x)."""
     import torch
 
-    x = x.clamp(max=-1e-7)
+    x = x.clamp(max=0.0)  # a sum a rounding error puts above 1 leaves nothing outside
     return torch.where(x > -0.693, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
 
 

@@ -22,6 +22,7 @@ from selector.engines.fast import BUCKET, CompileError, FastPath, bucket, compil
 from selector.engines.hf import HFEngine
 from selector.errors import ConfigError
 from selector.measure.latency import measure_latency, measure_throughput
+from tests.factories import inprocess
 from tests.sweep_helpers import run_selector
 
 torch = pytest.importorskip("torch")
@@ -90,11 +91,12 @@ def test_compile_time_stays_out_of_latency_and_throughput(tiny_model_dir: Path, 
     torch._dynamo.reset()
     monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
     model, tok = load(tiny_model_dir)
-    fast = FastPath(model, "on")
-    latency = measure_latency(model, tok, LatencyConfig(warmup=0, repeats=3, prompt_tokens=24, new_tokens=6), fast=fast)
-    points = measure_throughput(model, tok, ThroughputConfig(batch_sizes=[2], prompt_tokens=24, new_tokens=6, repeats=1),
-                                fast=fast)
+    running = inprocess(model, tok, compile="on")  # timed through its batcher, which generates on the fast path
+    fast = running.hf.fast
+    latency = measure_latency(running, LatencyConfig(warmup=0, repeats=3, prompt_tokens=24, new_tokens=6))
+    points = measure_throughput(running, ThroughputConfig(batch_sizes=[2], prompt_tokens=24, new_tokens=6, repeats=1))
     assert fast._warm == {(1, BUCKET), (2, BUCKET)}  # every timed shape was compiled before it was timed
+    assert running.info().compiled and running.info().compile_s == fast.compile_s
     # Even with no warm-up runs asked for, no timed run paid for compiling.
     assert latency.e2e_ms.p99 * 5 < fast.compile_s * 1e3
     assert points[0].wall_s * 5 < fast.compile_s

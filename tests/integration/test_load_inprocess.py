@@ -10,12 +10,12 @@ import pytest
 
 from selector.compose import compose as _compose
 from selector.records import PerfResult, RunRecord
-from tests.factories import run_record
+from tests.factories import inprocess, run_record
 
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from transformers import AutoModelForCausalLM
 
     from tests.tiny import build_tiny_llama
@@ -23,9 +23,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
     path = build_tiny_llama(tmp_path_factory.mktemp("tiny") / "model")
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path)
-    tok.padding_side = "left"
-    return AutoModelForCausalLM.from_pretrained(path).eval(), tok
+    return inprocess(AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path))
 
 
 def config(*overrides: str):  # type: ignore[no-untyped-def]
@@ -38,11 +36,11 @@ def tasks_for(cfg):  # type: ignore[no-untyped-def]
     return load_evalset(cfg.evalset.path, cfg.evalset.tasks, 4)
 
 
-def test_run_inprocess_load_levels(tiny: tuple[Any, Any]) -> None:
-    from selector.measure.traffic import run_inprocess_load
+def test_run_inprocess_load_levels(tiny: Any) -> None:
+    from selector.measure.traffic import run_load
 
     cfg = config("+measure.load.slo.e2e_ms=60000")  # a new key in a dict: Hydra wants the +
-    levels = run_inprocess_load(*tiny, tasks_for(cfg), cfg)
+    levels = run_load(tiny, tasks_for(cfg), cfg)
     assert [lv.concurrency for lv in levels] == [1, 2]
     for lv in levels:
         assert lv.requests == 6 and lv.errors == 0 and lv.rate_rps is None
@@ -58,14 +56,14 @@ def test_run_inprocess_load_levels(tiny: tuple[Any, Any]) -> None:
         assert lv.gpu_util_pct is None  # CPU run: no GPU sampling
 
 
-def test_queue_delay_trades_batch_wait(tiny: tuple[Any, Any]) -> None:
-    from selector.measure.traffic import inprocess_load, load_requests
+def test_queue_delay_trades_batch_wait(tiny: Any) -> None:
+    from selector.measure.traffic import load_levels, load_requests
 
     waits = {}
     for delay in (0.0, 60.0):
         cfg = config("measure.load.concurrency=[1]", f"measure.load.max_queue_delay_ms={delay}")
         requests = load_requests(tasks_for(cfg), "tiny", "chat", 4, 4)
-        (outcome,) = inprocess_load(*tiny, requests, cfg.measure.load, warmup=requests[:1])
+        (outcome,) = load_levels(tiny, requests, cfg.measure.load, warmup=requests[:1])
         waits[delay] = outcome.level.batch_wait_ms
         for t in outcome.traces:
             assert t.queue_ms + t.batch_wait_ms + t.compute_ms == pytest.approx(t.e2e_ms, abs=1e-6)
@@ -74,14 +72,14 @@ def test_queue_delay_trades_batch_wait(tiny: tuple[Any, Any]) -> None:
     assert 59 <= waits[60.0].p50 < 60 + 60  # alone in the queue: waits out the full delay
 
 
-def test_levels_flow_into_metrics_plots_and_selection(tiny: tuple[Any, Any]) -> None:
-    from selector.measure.traffic import run_inprocess_load
+def test_levels_flow_into_metrics_plots_and_selection(tiny: Any) -> None:
+    from selector.measure.traffic import run_load
     from selector.report.plots_load import latency_vs_concurrency, throughput_vs_latency
     from selector.selection.measures import latency_value, parse_latency_key
     from selector.trackers.naming import load_metrics
 
     cfg = config()
-    levels = run_inprocess_load(*tiny, tasks_for(cfg), cfg)
+    levels = run_load(tiny, tasks_for(cfg), cfg)
     record = run_record("tiny", "fp32", perf=PerfResult(device="cpu", load=levels))
     record = RunRecord.model_validate_json(record.model_dump_json())  # what a stored record gives back
 

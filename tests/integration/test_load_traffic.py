@@ -34,7 +34,8 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 def test_a_request_file_replays_sessions_in_order_and_its_recorded_arrivals(tiny_dir: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selector.measure.traffic import inprocess_load, variant_requests
+    from selector.measure.traffic import load_levels, variant_requests
+    from tests.factories import inprocess
 
     rows = [{"prompt": "The food was great.", "arrival_s": 0.0},
             {"prompt": "Where is order 4521?", "session": "a", "arrival_s": 0.1},
@@ -48,9 +49,8 @@ def test_a_request_file_replays_sessions_in_order_and_its_recorded_arrivals(tiny
                    "measure.load.new_tokens=6", "measure.load.time_scale=0.5"])
     warmup, requests = variant_requests([], cfg)
     assert len(requests) == 7 and len(warmup) == 1
-    tok = AutoTokenizer.from_pretrained(tiny_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
-    closed, replay = inprocess_load(model, tok, requests, cfg.measure.load, warmup=warmup)
+    running = inprocess(AutoModelForCausalLM.from_pretrained(tiny_dir).eval(), AutoTokenizer.from_pretrained(tiny_dir))
+    closed, replay = load_levels(running, requests, cfg.measure.load, warmup=warmup)
     assert closed.level.concurrency == 2 and replay.level.replay_scale == 0.5 and replay.level.rate_rps is None
     for outcome in (closed, replay):
         traces = outcome.traces
@@ -72,22 +72,23 @@ def test_a_request_file_replays_sessions_in_order_and_its_recorded_arrivals(tiny
 @pytest.fixture(scope="module")
 def slow_server(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The vLLM stand-in taking 20 ms per generated token, one request at a time."""
-    from selector.serving.session import served_engine
+    from selector.engines import engine_for
+    from selector.engines.spec import StartContext
 
-    # engine=openai with a server command: engine=vllm (and its alias openai-vllm) starts real vLLM
-    engine = compose(["engine=openai", "engine.base_url=null", "engine.served_model=variant"]).engine
-    engine.server_command = (f"{sys.executable} {ROOT / 'tests' / 'vllm_standin.py'} serve {{model_path}} "
-                             "--host {host} --port {port} --dtype {dtype} --served-model-name {served_model} "
-                             "--token-delay-ms 20 --disable-uvicorn-access-log")
-    engine.ready_timeout_s = 180
-    with served_engine(engine, model_path=str(tiny_dir), dtype="float32", log_dir=tmp_path_factory.mktemp("job"),
-                       threads=1) as served:
+    # a server command (engine kind command): engine=vllm starts real vLLM
+    job = tmp_path_factory.mktemp("job")
+    cfg = compose(["engine=openai-transformers", "engine.served_model=variant", "engine.ready_timeout_s=180",
+                   "model=path", f"model.path={tiny_dir}", "precision=fp32", "threads=1", f"cache_dir={job / 'cache'}"])
+    cfg.engine.server_command = (f"{sys.executable} {ROOT / 'tests' / 'vllm_standin.py'} serve {{model_path}} "
+                                 "--host {host} --port {port} --dtype {dtype} --served-model-name {served_model} "
+                                 "--token-delay-ms 20 --disable-uvicorn-access-log")
+    with engine_for(cfg.engine).start(StartContext(cfg, "cpu", job)) as served:
         yield served
 
 
 @pytest.mark.slow
 def test_capacity_search_on_a_served_variant_with_a_known_service_time(slow_server: Any, tmp_path: Path) -> None:
-    from selector.measure.traffic import run_server_capacity
+    from selector.measure.traffic import run_capacity
 
     # One prompt: every request costs the same (greedy decoding, 4 tokens of 20 ms: about 90 ms with the model).
     path = write_jsonl(tmp_path / "one.jsonl", [{"prompt": "What is 12 plus 30?", "max_tokens": 4}])
@@ -95,7 +96,7 @@ def test_capacity_search_on_a_served_variant_with_a_known_service_time(slow_serv
                    "measure.load.slo.e2e_ms_p80=300", "measure.load.capacity_confidence=0.8",
                    "measure.load.requests_per_level=24", "measure.load.capacity_start_rps=2",
                    "measure.load.capacity_tolerance=0.15", "measure.load.max_duration_s=60"])
-    result = run_server_capacity(slow_server, [], cfg)
+    result = run_capacity(slow_server, [], cfg)
     rates = [s.rate_rps for s in result.steps]
     assert rates[0] == 2.0 and all(s.level.requests == 24 for s in result.steps)
     assert result.capacity_rps is not None and result.failed_rps is not None, (rates, result.note)

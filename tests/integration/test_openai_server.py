@@ -34,19 +34,21 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_llama(tmp_path_factory.mktemp("tiny") / "model")
 
 
-def engine_config():  # type: ignore[no-untyped-def]
-    cfg = _compose(["engine=openai-transformers"]).engine
-    cfg.ready_timeout_s, cfg.batch_size = 180, 3
-    return cfg
+def start(tiny_dir: Path, job_dir: Path) -> Any:
+    """The variant (the tiny model at fp32) through engine=openai-transformers: `transformers serve`
+    started by the engine on a free loopback port."""
+    from selector.engines import engine_for
+    from selector.engines.spec import StartContext
+
+    cfg = _compose(["engine=openai-transformers", "engine.ready_timeout_s=180", "engine.batch_size=3", "model=path",
+                    f"model.path={tiny_dir}", "precision=fp32", f"cache_dir={job_dir / 'cache'}"])
+    return engine_for(cfg.engine).start(StartContext(cfg, "cpu", job_dir))
 
 
 @pytest.fixture(scope="module")
 def served(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from selector.serving.session import served_engine
-
-    with served_engine(engine_config(), model_path=str(tiny_dir), dtype="float32",
-                       log_dir=tmp_path_factory.mktemp("job")) as s:
-        yield s
+    with start(tiny_dir, tmp_path_factory.mktemp("job")) as running:
+        yield running
 
 
 def test_greedy_generation_matches_the_in_process_engine(served: Any, tiny_dir: Path) -> None:
@@ -58,7 +60,7 @@ def test_greedy_generation_matches_the_in_process_engine(served: Any, tiny_dir: 
     local = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_dir).eval(), tok)
     unstopped = [GenerationRequest(r.prompt, 8, []) for r in CHAT + PLAIN]
     done: list[int] = []
-    remote = served.engine.generate(unstopped, progress=done.append)
+    remote = served.generate(unstopped, progress=done.append)
     assert sum(done) == 6
     expected = local.generate(unstopped)
     for got, want in zip(remote, expected):
@@ -67,23 +69,23 @@ def test_greedy_generation_matches_the_in_process_engine(served: Any, tiny_dir: 
     # With stop strings the text ends before the stop. (Servers differ on where they look for it:
     # transformers serve also matches a stop that straddles the end of the prompt, so it may stop
     # sooner than the in-process engine; the answer is still the same greedy text, cut earlier.)
-    for got, req, full in zip(served.engine.generate(CHAT + PLAIN), CHAT + PLAIN, expected):
+    for got, req, full in zip(served.generate(CHAT + PLAIN), CHAT + PLAIN, expected):
         assert full.text.startswith(got.text)
         assert not any(stop in got.text for stop in req.stop)
-    assert served.engine.render(CHAT[0].prompt).startswith("[user]\nWhat is 3 plus 30?")
+    assert served.render(CHAT[0].prompt).startswith("[user]\nWhat is 3 plus 30?")
 
 
 def test_multiple_choice_needs_prompt_logprobs(served: Any) -> None:
     with pytest.raises(ConfigError, match="multiple-choice tasks need a server"):
-        served.engine.loglikelihood([LoglikelihoodRequest("The food was", " great")])
+        served.loglikelihood([LoglikelihoodRequest("The food was", " great")])
 
 
 def test_load_at_two_concurrency_levels(served: Any) -> None:
-    from selector.measure.traffic import server_load
+    from selector.measure.traffic import load_levels
 
     requests = [CHAT[i % 3] if i % 2 else PLAIN[i % 3] for i in range(8)]
     cfg = LoadConfig(enabled=True, concurrency=[1, 3], requests_per_level=8, new_tokens=8, slo={"e2e_ms": 60_000})
-    outcomes = server_load(served, requests, cfg, warmup=requests[:1])
+    outcomes = load_levels(served, requests, cfg, warmup=requests[:1])
     assert [o.level.concurrency for o in outcomes] == [1, 3]
     for o in outcomes:
         lv = o.level
@@ -108,19 +110,18 @@ def test_killing_the_server_mid_level_counts_errors(tiny_dir: Path, tmp_path: Pa
     import asyncio
 
     from selector.measure.traffic import drive_level, level_duration, summarize_level
-    from selector.serving.session import served_engine
 
     requests = [PLAIN[i % 3] for i in range(16)]
-    with served_engine(engine_config(), model_path=str(tiny_dir), dtype="float32", log_dir=tmp_path) as s:
-        pgid = s.server.pid
+    with start(tiny_dir, tmp_path) as s:
+        pgid = s.servers[0].pid
 
         async def level() -> list[Any]:
             finished = 0
-            async with s.engine.client() as client:
+            async with s.client.client() as client:
 
                 async def send(request: GenerationRequest) -> Any:
                     nonlocal finished
-                    trace = await s.engine.stream(client, request)
+                    trace = await s.client.stream(client, request)
                     finished += 1
                     if finished == 3:  # kill the whole server, no grace, with one request in flight
                         os.killpg(pgid, signal.SIGKILL)
@@ -129,7 +130,7 @@ def test_killing_the_server_mid_level_counts_errors(tiny_dir: Path, tmp_path: Pa
                 return await drive_level(send, requests, concurrency=2)
 
         traces = asyncio.run(level())
-        assert not s.server.alive()
+        assert not s.servers[0].alive()
     lv = summarize_level(traces, level_duration(traces), {})
     assert lv.requests == 16  # the rest are still sent, and fail at once
     assert lv.errors in (12, 13) and lv.requests - lv.errors == lv.e2e_ms.n

@@ -23,7 +23,8 @@ import torch
 from selector.config import CalibrationConfig, ModelConfig
 from selector.engines.base import GenerationRequest, LoglikelihoodRequest
 from selector.errors import ConfigError, UnavailableError
-from selector.measure.fidelity import Reference, compare_model, corpus_probes, reference_from
+from selector.engines.spec import TopLogprobs
+from selector.measure.fidelity import Reference, compare_all, corpus_probes, probe_logprobs, reference_from
 from selector.models import ResolvedModel
 from selector.precisions import get_backend
 from selector.precisions.base import LoadContext, LoadedModel
@@ -110,7 +111,7 @@ def probes(tiny: Path) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def fp32_reference(tiny: Path, cache: Path, probes: list[list[int]]) -> Reference:
-    return reference_from(load(tiny, "fp32", cache).model, probes)
+    return reference_from(probe_logprobs(load(tiny, "fp32", cache).model, probes))
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +121,7 @@ def outcome(tiny: Path, cache: Path, probes: list[list[int]], fp32_reference: Re
         from selector.engines.hf import HFEngine
 
         loaded = load(tiny, name, cache)
-        kl, agree = compare_model(fp32_reference, loaded.model, probes)
+        kl, agree = compare_all(fp32_reference, (TopLogprobs(lp) for lp in probe_logprobs(loaded.model, probes)))
         engine = HFEngine(loaded.model, loaded.tokenizer, batch_size=2)
         gen = engine.generate([GenerationRequest("Bob bought 3 apples and", 8), GenerationRequest("def add(a, b):", 8)])
         score = engine.loglikelihood([LoglikelihoodRequest("The food was great and the staff were", " lovely")])

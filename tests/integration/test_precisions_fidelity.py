@@ -20,7 +20,7 @@ from selector.measure.fidelity import (
     probe_token_ids,
 )
 from selector import precisions
-from selector.precisions.base import LoadedModel
+from selector.engines.inprocess import HfEngineConfig, InProcessRunning
 from selector.tasks import load_evalset
 from selector.paths import DEFAULT_EVALSET
 from tests.factories import selector_config
@@ -42,9 +42,11 @@ def cfg_for(root: Path, model: ModelConfig, name: str) -> SelectorConfig:
     return selector_config(root / "cache", model, name, calibration=CalibrationConfig(num_samples=4, seq_len=64))
 
 
-def load_variant(cfg: SelectorConfig) -> LoadedModel:
-    return precisions.load_variant(cfg.model, cfg.precision, cfg.cache_dir, "cpu", calibration=cfg.calibration,
-                                   progress=False)[1]
+def load_variant(cfg: SelectorConfig) -> InProcessRunning:
+    """The variant loaded as a sweep loads it, in the in-process engine fidelity is measured through."""
+    loaded = precisions.load_variant(cfg.model, cfg.precision, cfg.cache_dir, "cpu", calibration=cfg.calibration,
+                                     progress=False)[1]
+    return InProcessRunning(HfEngineConfig(), loaded)
 
 
 def fidelity_files(root: Path) -> list[Path]:
@@ -61,9 +63,7 @@ def test_baseline_writes_the_probe_file_and_variants_compare_against_it(setup) -
     files = fidelity_files(root)
     assert len(files) == 1 and files[0].name.startswith("tiny-")
     ref = load_reference(files[0])
-    from selector.engines.hf import HFEngine
-
-    probes = probe_token_ids(HFEngine(baseline.model, baseline.tokenizer), tasks, base_cfg)
+    probes = probe_token_ids(baseline, tasks, base_cfg)
     assert len(probes) == 8 + 4  # eval prompts + corpus texts
     positions = sum(min(PROBE_POSITIONS, len(p)) for p in probes)
     assert ref.ids.shape == (positions, TOP_K) and ref.rest.shape == (positions,)

@@ -167,19 +167,13 @@ def test_an_explicit_gptqmodel_kernel_is_the_one_that_runs(tiny: Path, cache: Pa
     assert k.linear_class == "gptqmodel.nn_modules.qlinear.torch.TorchLinear"
 
 
-def test_the_unpacked_note_comes_from_the_kernel_info(tiny: Path, cache: Path, tmp_path: Path) -> None:
-    from selector.config import ModelConfig, SelectorConfig
-    from selector.sweep.pipeline import VariantRun
-    from tests.integration.test_precisions_backends import resolved
+def test_the_unpacked_note_comes_from_the_kernel_info(tiny: Path, cache: Path) -> None:
+    from selector.engines.inprocess import HfEngineConfig, InProcessRunning
 
     notes = {}
     for name in ("awq-int4", "gptq-int4"):
-        loaded = load(tiny, name, cache)
-        run = VariantRun(SelectorConfig(model=ModelConfig(name="tiny128"), precision=precision(name)), "k",
-                         tmp_path / name)
-        run.record.quant, run.record.kernel = loaded.quant, loaded.kernel
-        run.record_memory(resolved(tiny), loaded, "cpu")
-        notes[name] = [n for n in run.record.quant.notes if "unpacked" in n]
+        info = InProcessRunning(HfEngineConfig(), load(tiny, name, cache)).info()
+        notes[name] = [n for n in info.notes if "unpacked" in n]
     assert notes["gptq-int4"] == []
     assert notes["awq-int4"] == [
         "the in-process engine runs this checkpoint unpacked: its linear layers are plain torch.nn.Linear in "

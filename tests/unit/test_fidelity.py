@@ -12,6 +12,7 @@ from selector.config import ModelConfig, SelectorConfig
 from selector.measure.fidelity import (
     Reference,
     compare,
+    compare_top,
     corpus_probes,
     load_reference,
     probe_prompts,
@@ -89,6 +90,46 @@ def test_a_baseline_with_no_mass_outside_top_k_gives_no_nan() -> None:
     kl, _ = compare(reference_of(p, 2), q)
     # buckets: p = (0.7, 0.3, 0), q = (0.25, 0.25, 0.5); the empty rest bucket adds nothing
     assert kl.item() == pytest.approx(0.7 * math.log(0.7 / 0.25) + 0.3 * math.log(0.3 / 0.25), rel=1e-12)
+
+
+def served_top(logq: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a server returns per position: its k most likely tokens, most likely first."""
+    top = logq.topk(k, dim=-1)
+    return top.indices, top.values
+
+
+def test_a_servers_top_k_gives_the_whole_figure_when_it_covers_the_vocabulary() -> None:
+    p, q = random_logp(6, 40, 11), random_logp(6, 40, 12)
+    ref = reference_of(p, 16)
+    kl, agree = compare_top(ref, *served_top(q, 40))
+    want_kl, want_agree = compare(ref, q)
+    assert torch.allclose(kl, want_kl, rtol=1e-9) and torch.equal(agree, want_agree)
+
+
+def test_a_servers_top_k_is_a_lower_bound_that_tightens_with_k() -> None:
+    """Fewer buckets (the baseline's top tokens the server also names): never above the whole-
+    distribution figure, which is never above the full-vocabulary KL."""
+    p, q = random_logp(8, 300, 13, scale=2.0), random_logp(8, 300, 14, scale=2.0)
+    ref = reference_of(p, 64)
+    whole, _ = compare(ref, q)
+    previous = torch.zeros(8, dtype=torch.float64)
+    for k in (1, 5, 20, 100, 300):
+        kl, _ = compare_top(ref, *served_top(q, k))
+        assert (kl <= whole + 1e-9).all() and (kl >= previous - 1e-9).all()
+        previous = kl
+    assert (whole <= full_kl(p, q) + 1e-9).all()
+
+
+def test_a_servers_top_k_matches_a_hand_computed_case() -> None:
+    p = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]], dtype=torch.float64))
+    # The baseline's top 3 are tokens 0, 1, 2; the server names its top 2, tokens 1 (0.4) and 2 (0.3).
+    # Buckets: {1}: p 0.3, q 0.4; {2}: p 0.15, q 0.3; the rest {0, 3}: p 0.55, q 0.3.
+    expected = 0.3 * math.log(0.3 / 0.4) + 0.15 * math.log(0.15 / 0.3) + 0.55 * math.log(0.55 / 0.3)
+    ids = torch.tensor([[1, 2, -1]])  # a position given fewer tokens is padded with -1 (no token)
+    logq = torch.tensor([[math.log(0.4), math.log(0.3), float("-inf")]], dtype=torch.float64)
+    kl, agree = compare_top(reference_of(p, 3), ids, logq)
+    assert kl.item() == pytest.approx(expected, rel=1e-12)
+    assert not agree.item()  # the server's most likely token is 1, the baseline's 0
 
 
 def test_reference_file_round_trip(tmp_path: Path) -> None:
