@@ -5,9 +5,9 @@ process of its own (as optimum-benchmark's worker is), so both processes' memory
 
 spec: model, precision, threads, batch_sizes, prompt_tokens, new_tokens, warmup, repeats.
 Each batch size runs selector.measure.timing.timed_generate (what measure_latency and
-measure_throughput are built on: one greedy `generate` of exactly new_tokens tokens, a clock stamp
-at every decoding step) with measure_latency's arithmetic; at batch 1 measure_latency itself runs
-too, as a check that the two agree.
+measure_throughput time through the in-process engine's batcher: one greedy `generate` of exactly
+new_tokens tokens, a clock stamp at every decoding step) with measure_latency's arithmetic; at
+batch 1 measure_latency itself runs too, through the in-process engine, as a check that the two agree.
 """
 
 from __future__ import annotations
@@ -55,8 +55,11 @@ def main(spec_path: str, out_path: str) -> None:
                        "torch_threads": torch.get_num_threads()})
     check = None
     if 1 in spec["batch_sizes"]:
-        lat = measure_latency(model, tok, LatencyConfig(enabled=True, warmup=spec["warmup"], repeats=spec["repeats"],
-                                                        prompt_tokens=spec["prompt_tokens"], new_tokens=n_new))
+        from selector.engines.inprocess import HfEngineConfig, InProcessRunning
+
+        lat = measure_latency(InProcessRunning(HfEngineConfig(), loaded),
+                              LatencyConfig(enabled=True, warmup=spec["warmup"], repeats=spec["repeats"],
+                                            prompt_tokens=spec["prompt_tokens"], new_tokens=n_new))
         check = {"ttft_p50_ms": lat.ttft_ms.p50, "tpot_p50_ms": lat.tpot_ms.p50, "e2e_p50_ms": lat.e2e_ms.p50}
     answer = {"points": points, "measure_latency_batch1": check, "load_s": load_s,
               "peak_rss_bytes": peak_rss_bytes(), "peak_rss_after_load_bytes": rss_after_load,

@@ -84,32 +84,36 @@ def next_token_ids(torch: Any, model: Any, tokenizer: Any) -> list[int]:
     return logits.argmax(-1).tolist()
 
 
-def fast_path(model: Any, setting: str) -> Any:
-    """The engine's fast path, or the plain one with the reason when this model cannot compile."""
-    from selector.engines.fast import CompileError, FastPath
+def engine_around(loaded: Any, setting: str) -> Any:
+    """selector's in-process engine around the loaded model, on its fast path (engine.compile), or
+    on the plain path with the reason when this model cannot compile."""
+    from selector.engines.fast import CompileError
+    from selector.engines.inprocess import HfEngineConfig, InProcessRunning
 
     try:
-        return FastPath(model, setting)
+        return InProcessRunning(HfEngineConfig(compile=setting), loaded)
     except CompileError as e:
-        fast = FastPath(model, "off")
-        fast.note = str(e)
-        return fast
+        running = InProcessRunning(HfEngineConfig(compile="off"), loaded)
+        running.hf.fast.note = str(e)
+        return running
 
 
-def measure(torch: Any, loaded: Any, fast: Any, args: argparse.Namespace, budget: Budget, cuda: bool,
+def measure(torch: Any, loaded: Any, running: Any, args: argparse.Namespace, budget: Budget, cuda: bool,
             params_b: float) -> dict[str, Any]:
-    """Latency at batch 1, then throughput at each --batch-sizes that still fits the budget."""
+    """Latency at batch 1, then throughput at each --batch-sizes that still fits the budget, through
+    the in-process engine's own timed requests (as a sweep measures a variant)."""
     from selector.config import LatencyConfig, ThroughputConfig
     from selector.engines.fast import CompileError, bucket
     from selector.measure.latency import measure_latency, measure_throughput
 
     lat_cfg = LatencyConfig(warmup=args.warmup, repeats=args.repeats, prompt_tokens=64, new_tokens=32)
     try:
-        latency = measure_latency(loaded.model, loaded.tokenizer, lat_cfg, fast=fast)
+        latency = measure_latency(running, lat_cfg)
     except CompileError as e:  # only with --compile on: record why, measure the plain path
-        fast = fast_path(loaded.model, "off")
-        fast.note = str(e)
-        latency = measure_latency(loaded.model, loaded.tokenizer, lat_cfg, fast=fast)
+        running = engine_around(loaded, "off")
+        running.hf.fast.note = str(e)
+        latency = measure_latency(running, lat_cfg)
+    fast = running.hf.fast
     points, skipped = [], []
     for bs in args.batch_sizes:
         need = estimate_s("measure", params_b, cuda) + (estimate_s("compile", params_b, cuda) if fast.active else 0)
@@ -117,7 +121,7 @@ def measure(torch: Any, loaded: Any, fast: Any, args: argparse.Namespace, budget
             skipped.append(f"batch {bs}: needs about {need:.0f} s, {budget.left():.0f} s left")
             continue
         cfg = ThroughputConfig(batch_sizes=[bs], prompt_tokens=64, new_tokens=32, repeats=max(1, args.repeats // 5))
-        points += measure_throughput(loaded.model, loaded.tokenizer, cfg, fast=fast)
+        points += measure_throughput(running, cfg)
     context = bucket(64 + 32) if fast.active else 64 + 32
     return {"latency": latency.model_dump(), "throughput": [p.model_dump() for p in points],
             "throughput_skipped": skipped, "fast": fast,
@@ -158,8 +162,7 @@ def check_one(torch: Any, name: str, model_cfg: Any, work: Path, args: argparse.
     if cuda:
         torch.cuda.reset_peak_memory_stats()  # from here on: what serving it takes
     t0 = time.perf_counter()
-    fast = fast_path(loaded.model, args.compile)
-    measured = measure(torch, loaded, fast, args, budget, cuda, params_b)
+    measured = measure(torch, loaded, engine_around(loaded, args.compile), args, budget, cuda, params_b)
     budget.record(f"{name}: measure", time.perf_counter() - t0)
     fast = measured.pop("fast")
     memory = measure_memory(loaded.model, device, None)

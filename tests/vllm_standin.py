@@ -165,35 +165,37 @@ class Server:
         run.started = time.perf_counter()
         sent, hold = 0, max((len(s) for s in stops), default=1) - 1
         try:
-            with torch.inference_mode():
-                past, ids = None, torch.tensor([run.prompt_ids])
-                while len(run.tokens) < max_tokens:
+            # Each step in inference mode of its own: a streamed response resumes this generator on
+            # whichever worker thread is free, and inference mode is per thread.
+            past, ids = None, torch.tensor([run.prompt_ids])
+            while len(run.tokens) < max_tokens:
+                with torch.inference_mode():
                     out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
-                    past = out.past_key_values
-                    logp = torch.log_softmax(out.logits[0].float(), dim=-1)  # the prefill gives every prompt position
-                    token = int(logp[-1].argmax())
-                    if run.want_logprobs:
-                        steps = logp if not run.tokens else logp[-1:]
-                        run.logprobs += [(float(row[t]), int(row.argmax()), float(row.max()))
-                                         for row, t in zip(steps, [*ids[0, 1:].tolist(), token])]
-                    if not run.tokens:
-                        run.first_token = time.perf_counter()
-                    if token in self.eos:
-                        run.finish_reason = "stop"
-                        break
-                    run.tokens.append(token)
-                    if self.token_delay_s:
-                        time.sleep(self.token_delay_s)  # holding the FIFO: the next request waits too
-                    ids = torch.tensor([[token]])
-                    text = self.tok.decode(run.tokens, skip_special_tokens=True)
-                    cut = min((text.find(s) for s in stops if s in text), default=-1)
-                    if cut >= 0:
-                        run.text, run.finish_reason = text[:cut], "stop"
-                        break
-                    run.text = text
-                    if len(text) - hold > sent:
-                        yield text[sent : len(text) - hold]
-                        sent = len(text) - hold
+                past = out.past_key_values
+                logp = torch.log_softmax(out.logits[0].float(), dim=-1)  # the prefill gives every prompt position
+                token = int(logp[-1].argmax())
+                if run.want_logprobs:
+                    steps = logp if not run.tokens else logp[-1:]
+                    run.logprobs += [(float(row[t]), int(row.argmax()), float(row.max()))
+                                     for row, t in zip(steps, [*ids[0, 1:].tolist(), token])]
+                if not run.tokens:
+                    run.first_token = time.perf_counter()
+                if token in self.eos:
+                    run.finish_reason = "stop"
+                    break
+                run.tokens.append(token)
+                if self.token_delay_s:
+                    time.sleep(self.token_delay_s)  # holding the FIFO: the next request waits too
+                ids = torch.tensor([[token]])
+                text = self.tok.decode(run.tokens, skip_special_tokens=True)
+                cut = min((text.find(s) for s in stops if s in text), default=-1)
+                if cut >= 0:
+                    run.text, run.finish_reason = text[:cut], "stop"
+                    break
+                run.text = text
+                if len(text) - hold > sent:
+                    yield text[sent : len(text) - hold]
+                    sent = len(text) - hold
             if len(run.text) > sent:
                 yield run.text[sent:]
         finally:

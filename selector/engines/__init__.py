@@ -23,6 +23,7 @@ ENGINES.register("hf", "selector.engines.inprocess:InProcessEngine")
 ENGINES.register("vllm", "selector.engines.vllm:VllmEngine")
 ENGINES.register("command", "selector.engines.command:CommandEngine")
 ENGINES.register("openai", "selector.engines.attached:AttachedEngine")
+ENGINES.register("scripted", "selector.engines.scripted:ScriptedEngine")
 
 
 def engine_class(kind: str) -> Any:

@@ -88,7 +88,7 @@ class VllmEngine(Engine):
         vllm.check_harness_flags(self.config.vllm)
         python = vllm.python_for(self.config.vllm)  # vLLM not installed: one line naming the install command
         vllm.check_args(self.config.vllm, python)  # a flag this vLLM does not have
-        vllm.core_shares(cfg.threads, self.config.vllm.instances)  # more instances than cores
+        vllm.placements(cfg.threads, self.config.vllm.instances)  # more instances than cores
 
     def unavailable(self, cfg: Any) -> str | None:
         from selector.serving.vllm import not_servable
@@ -106,8 +106,8 @@ class VllmEngine(Engine):
         served_model = config.served_model or checkpoint
         python = vllm.python_for(config.vllm)
         env = {**os.environ, **({"OMP_NUM_THREADS": str(cfg.threads)} if cfg.threads else {})}
-        shares = vllm.core_shares(cfg.threads, config.vllm.instances) or [None]
-        envs = [{**env, **vllm.environment(config.vllm, cores)} for cores in shares]
+        envs = [{**env, **vllm.environment(config.vllm, placement)}
+                for placement in vllm.placements(cfg.threads, config.vllm.instances)]
 
         def argv_for(port: int) -> list[str]:
             return vllm.command(config.vllm, python, model_path=checkpoint, host=LOOPBACK, port=port,

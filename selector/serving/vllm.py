@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from dataclasses import dataclass
 from typing import Any
 
 from selector.config import PrecisionConfig
@@ -129,20 +130,46 @@ def command(v: Any, python: str, *, model_path: str, host: str, port: int, dtype
     return argv + [str(a) for a in v.args]
 
 
-def core_shares(threads: int | None, instances: int) -> list[list[int]] | None:
-    """The cores each of `instances` servers is bound to: the first `threads` cores this process may
-    run on (all of them when threads is null; the same budget the in-process engine gets), split
-    into contiguous, even shares. None: one server and no `threads`, left to vLLM's own binding."""
-    if instances == 1 and not threads:
-        return None
-    cores = sorted(os.sched_getaffinity(0))[:threads or None]
-    if len(cores) < instances:
-        given = f"threads={threads} gives" if threads else "this machine has"
+@dataclass(frozen=True)
+class Placement:
+    """Where one vLLM server runs: bound to these cores (None: not bound by the harness) with this
+    many OpenMP threads (None: vLLM's own choice)."""
+
+    cores: list[int] | None = None
+    threads: int | None = None
+
+
+def launcher_threads() -> int | None:
+    """The CPU count a launcher gave this variant without naming cores: Ray sets OMP_NUM_THREADS to
+    the CPUs it assigned the task, and the variant's worker inherits it."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def placements(threads: int | None, instances: int) -> list[Placement]:
+    """Where each of `instances` servers runs, within this variant's CPU budget (the same the
+    in-process engine gets): `threads`, else a launcher's CPU count, else every core this process may
+    run on. When the budget is every core this process may run on, the variant has them to itself:
+    they are split into contiguous, even shares and each server is bound to its own. A smaller
+    budget names a number, not cores, and other variants may run beside this one (Ray, joblib): each
+    server gets its share of the number as threads and the OS places them
+    (VLLM_CPU_OMP_THREADS_BIND=nobind), so two variants never pile onto the same cores. One server
+    with no budget given is left to vLLM's own binding."""
+    allowed = sorted(os.sched_getaffinity(0))
+    counted = None if threads else launcher_threads()
+    budget = min(threads or counted or len(allowed), len(allowed))
+    if instances > budget:
+        given = (f"threads={threads} gives" if threads else "the launcher gives" if counted else "this machine has")
         raise ConfigError("engine.vllm.instances", problem=(
-            f"{instances} instances need a core each and {given} {len(cores)}; lower instances or raise threads"))
-    share, extra = divmod(len(cores), instances)
-    bounds = [i * share + min(i, extra) for i in range(instances + 1)]
-    return [cores[bounds[i]:bounds[i + 1]] for i in range(instances)]
+            f"{instances} instances need a core each and {given} {budget}; lower instances or raise threads"))
+    share, extra = divmod(budget, instances)
+    sizes = [share + (1 if i < extra else 0) for i in range(instances)]
+    if budget < len(allowed):
+        return [Placement(None, size) for size in sizes]
+    if instances == 1 and not (threads or counted):
+        return [Placement()]
+    bounds = [sum(sizes[:i]) for i in range(instances + 1)]
+    return [Placement(allowed[bounds[i]:bounds[i + 1]], sizes[i]) for i in range(instances)]
 
 
 def cpu_list(cores: list[int]) -> str:
@@ -156,15 +183,18 @@ def cpu_list(cores: list[int]) -> str:
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
-def environment(cfg: Any, cores: list[int] | None) -> dict[str, str]:
+def environment(cfg: Any, placement: Placement) -> dict[str, str]:
     """What vLLM's CPU backend reads from the environment (added to the harness's own), for a server
-    bound to `cores` (None: vLLM binds its own)."""
+    placed so (selector.serving.vllm.placements)."""
     env = {"VLLM_CPU_KVCACHE_SPACE": f"{cfg.kv_cache_gib:g}",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",  # no usage report leaves the machine
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # it serves a local folder
-    if cores:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(cores)
-        env["OMP_NUM_THREADS"] = str(len(cores))
+    if placement.cores:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(placement.cores)
+    elif placement.threads:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    if placement.threads:
+        env["OMP_NUM_THREADS"] = str(placement.threads)
     return env
 
 

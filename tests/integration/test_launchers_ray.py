@@ -89,9 +89,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def run_sweep(tiny: dict[str, Path], out: Path, *extra: str, precision: str = "fp32,bf16",
-              search: str = "grid") -> tuple[subprocess.CompletedProcess, float]:
+              search: str = "grid", model: str = "tiny") -> tuple[subprocess.CompletedProcess, float]:
     cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tiny['conf']}]", f"output_dir={out}",
-           f"cache_dir={tiny['cache']}", "model=tiny", f"precision={precision}", "measure=quick", "evalset.limit=2",
+           f"cache_dir={tiny['cache']}", f"model={model}", f"precision={precision}", "measure=quick", "evalset.limit=2",
            f"search={search}", "threads=1", *extra]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
@@ -219,3 +219,38 @@ def test_adaptive_search_on_ray_runs_waves_as_wide_as_the_cluster(tiny: dict[str
     report = (sweep_dir / "report" / "report.md").read_text()
     assert heading in report and "- wave 1 (search, " in report and "tiny/int8, tiny/bf16" in report
     print(f"\nadaptive search, 3 variants on a 2-CPU Ray cluster: {wall:.1f} s")
+
+
+@pytest.mark.vllm
+def test_vllm_servers_start_in_the_ray_tasks_on_the_cpus_ray_gave_them(tmp_path: Path, cluster: str) -> None:
+    """engine=vllm under the Ray launcher: two settings of one variant run at once, each in its own Ray
+    task (1 CPU each on a 2-CPU cluster), each starting its vLLM server from that task's worker with
+    the one CPU it was given, unbound (binding both to "the first core" would stack them), and each
+    server stops with its variant."""
+    from tests.integration.test_vllm_engine import gone, server_pids
+    from tests.tiny import build_vllm_llama
+
+    write_model_config(tmp_path / "conf", "tinyv", build_vllm_llama(tmp_path / "tinyv-model"))
+    setup = {"conf": tmp_path / "conf", "cache": tmp_path / "cache"}
+    out = tmp_path / "out"
+    done, _ = run_sweep(setup, out, "hydra/launcher=ray_cpus", f"hydra.launcher.ray.init.address={cluster}",
+                        "engine=vllm", "engine.vllm.enforce_eager=true", "engine.vllm.kv_cache_gib=0.5",
+                        "engine.vllm.max_num_seqs=2,4", "measure.fidelity=false", "evalset.tasks=[sentiment]",
+                        precision="bf16", model="tinyv")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]
+    assert "Ray Launcher is launching 2 jobs" in done.stdout + done.stderr
+    jobs = sorted(out.glob("sweeps/*/tinyv/bf16/max_num_seqs=*"))
+    assert len(jobs) == 2
+    spans = []
+    for job in jobs:
+        record = json.loads((job / "record.json").read_text())
+        assert record["status"] == "completed", record.get("reason")
+        assert record["perf"]["latency"]["e2e_ms"]["n"] == 3  # measured through its own server
+        assert record["serving"]["cores"] == ["nobind"]  # 1 CPU of the 2: a count, so the OS places it
+        log = (job / "server.log").read_text()
+        assert "VLLM_CPU_OMP_THREADS_BIND='nobind'" in log
+        # started by this variant's worker, which ran in its Ray task (Ray's OMP_NUM_THREADS=1, our threads=1)
+        assert all(gone(pid) for pid in server_pids(job)) and server_pids(job)
+        spans.append((record["started_at"], record["finished_at"]))
+    (a0, a1), (b0, b1) = sorted(spans)
+    assert b0 < a1, "the two Ray tasks ran one after the other"

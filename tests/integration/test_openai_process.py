@@ -138,7 +138,7 @@ def test_a_missing_program_is_a_config_error(tmp_path: Path) -> None:
 def test_a_port_taken_before_the_server_binds_it_gets_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    from selector.serving import session
+    from selector.serving import servers
 
     script = tmp_path / "server.py"
     script.write_text(SERVER)
@@ -147,8 +147,8 @@ def test_a_port_taken_before_the_server_binds_it_gets_another(tmp_path: Path, mo
         taken.listen()
         busy = taken.getsockname()[1]
         ports = iter([busy, free_port()])  # the first pick is taken by someone else by the time it binds
-        monkeypatch.setattr(session, "free_port", lambda: next(ports))
-        server = session.start_on_free_port(
+        monkeypatch.setattr(servers, "free_port", lambda: next(ports))
+        server = servers.start_on_free_port(
             lambda port: [sys.executable, str(script), str(port), LOOPBACK, "plain", str(tmp_path / "child.pid")],
             tmp_path / "server.log", 30, 5, env=dict(__import__("os").environ))
         try:

@@ -85,6 +85,16 @@ def test_vllm_serves_each_setting_evaluates_load_tests_and_stops(setup: dict[str
         assert all(gone(pid) for pid in server_pids(job))
 
         assert {t: r["n"] for t, r in record["tasks"].items()} == {"sentiment": 3, "arithmetic": 3}
+        # Measured as an in-process variant is, through the server: latency at c=1 and throughput.
+        perf = record["perf"]
+        assert perf["latency"]["e2e_ms"]["n"] == 3 and 0 < perf["latency"]["ttft_ms"]["p50"] <= perf["latency"]["e2e_ms"]["p50"]
+        assert [p["batch_size"] for p in perf["throughput"]] == [4] and perf["throughput"][0]["output_tokens_per_s"] > 0
+        # Memory as the server needs it: its footprint with the 2 GiB KV pool replaced by the part in use.
+        memory = record["memory"]
+        assert memory["kv_pool_bytes"] == 2 * 2**30 and 0 <= memory["kv_peak_bytes"] < memory["kv_pool_bytes"]
+        assert memory["serving"]["rss_bytes"] == pytest.approx(
+            memory["footprint"]["rss_bytes"] - memory["kv_pool_bytes"] + memory["kv_peak_bytes"], abs=1)
+        assert memory["weights_source"] == "checkpoint" and memory["weight_bytes"] > 0
         # Served against in-process on the same checkpoint: every item compared, the served accuracy decides.
         agreement = record["agreement"]
         assert set(agreement) == {"sentiment", "arithmetic"} and record["config"]["accuracy_engine"] == "served"
@@ -158,6 +168,14 @@ def test_two_instances_split_the_cores_share_the_requests_and_serve_w8a8(setup: 
         # over the two servers count every request of the level (one server's would hold half).
         assert lv["errors"] == 0 and lv["requests"] == 6 and lv["split_source"] == "vllm"
         assert lv["queue_ms"]["n"] == lv["compute_ms"]["n"] == 6
+    # Fidelity through the server that serves it: its top-20 log-probabilities against bf16's reference
+    # (written by the preparation process in-process), at every probe position.
+    fidelity = record["fidelity"]
+    assert fidelity["method"] == "top-20" and fidelity["baseline"] == "tinyv/bf16"
+    assert fidelity["positions"] > 0 and fidelity["mean_kl"] >= 0 and 0 <= fidelity["top1_agreement"] <= 1
+    # Two servers, each with its own pool: what the variant needs replaces both pools by what was in use.
+    memory = record["memory"]
+    assert memory["kv_pool_bytes"] == 2 * 2 * 2**30 and memory["serving"]["rss_bytes"] < memory["footprint"]["rss_bytes"]
 
 
 @pytest.mark.vllm
@@ -200,8 +218,8 @@ def server_trees(job: Path, servers: int, timeout: float = 300) -> list[psutil.P
     ("engine.vllm.python=/nonexistent/bin/python",
      "engine.vllm.python: vLLM is not installed (engine.vllm.python=/nonexistent/bin/python cannot import vllm); "
      "install it with: make vllm"),
-    ("measure.load.max_batch_size=4", "field 'measure.load.max_batch_size' max_batch_size belongs to the in-process "
-                                      "batcher (engine=hf); vLLM batches requests itself"),
+    ("measure.load.max_batch_size=4", "field 'measure.load.max_batch_size' max_batch_size is a knob of engine=hf, "
+                                      "not of engine=vllm; engine=vllm batches with engine.vllm.max_num_seqs"),
     ("engine.vllm.args=[--port,'9']", "engine.vllm.args: --port is set by the harness for each variant"),
     pytest.param("engine.vllm.args=[--max-num-seq,'4']", "engine.vllm.args: vLLM has no flag --max-num-seq (",
                  marks=pytest.mark.vllm),  # asks the installed vLLM which flags it has

@@ -40,7 +40,7 @@ def test_command_engine_config_renders_its_template() -> None:
 
 @pytest.mark.parametrize("name", ["vllm", "openai-vllm"])  # openai-vllm: the former name, an alias
 def test_vllm_engine_builds_its_command_from_the_config(name: str) -> None:
-    from selector.serving.vllm import command, environment
+    from selector.serving.vllm import Placement, command, environment
 
     engine = _compose([f"engine={name}", "engine.vllm.max_num_seqs=4", "engine.vllm.enforce_eager=true",
                        "engine.vllm.args=[--seed,'7']"]).engine
@@ -52,7 +52,7 @@ def test_vllm_engine_builds_its_command_from_the_config(name: str) -> None:
     assert argv[argv.index("--port") + 1] == "8123" and argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--max-num-seqs") + 1] == "4" and "--max-num-batched-tokens" not in argv
     assert "--enforce-eager" in argv and argv[-2:] == ["--seed", "7"]
-    env = environment(engine.vllm, [0, 1])
+    env = environment(engine.vllm, Placement([0, 1], 2))
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
 
 
@@ -153,18 +153,39 @@ def test_a_setting_its_engine_kind_lacks_names_the_kind_that_has_it() -> None:
 
 def test_vllm_instances_split_the_cores_evenly_and_need_one_each(monkeypatch) -> None:
     from selector.serving import vllm
+    from selector.serving.vllm import Placement
 
     monkeypatch.setattr(vllm.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 6, 7})
-    assert vllm.core_shares(None, 1) is None  # one server, no threads: vLLM binds its own
-    assert vllm.core_shares(2, 1) == [[0, 1]]
-    assert vllm.core_shares(None, 3) == [[0, 1, 2], [3, 4], [6, 7]]
-    assert vllm.core_shares(4, 2) == [[0, 1], [2, 3]]
-    assert [vllm.cpu_list(c) for c in vllm.core_shares(None, 2)] == ["0-3", "4,6-7"]
-    env = vllm.environment(VllmConfig(), [4, 6, 7])
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert vllm.placements(None, 1) == [Placement()]  # one server, no budget given: vLLM binds its own
+    assert [p.cores for p in vllm.placements(None, 3)] == [[0, 1, 2], [3, 4], [6, 7]]  # every core: bound
+    assert [vllm.cpu_list(p.cores) for p in vllm.placements(None, 2)] == ["0-3", "4,6-7"]
+    assert vllm.placements(7, 2) == [Placement([0, 1, 2, 3], 4), Placement([4, 6, 7], 3)]
+    # Fewer threads than cores: a number, not cores (another variant may run beside it), unbound.
+    assert vllm.placements(2, 1) == [Placement(None, 2)]
+    assert vllm.placements(4, 2) == [Placement(None, 2), Placement(None, 2)]
+    env = vllm.environment(VllmConfig(), Placement([4, 6, 7], 3))
     assert (env["VLLM_CPU_OMP_THREADS_BIND"], env["OMP_NUM_THREADS"]) == ("4,6-7", "3")
-    assert "VLLM_CPU_OMP_THREADS_BIND" not in vllm.environment(VllmConfig(), None)
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in vllm.environment(VllmConfig(), Placement())
     with pytest.raises(ConfigError, match="3 instances need a core each and threads=2 gives 2"):
-        vllm.core_shares(2, 3)
+        vllm.placements(2, 3)
+
+
+def test_a_launchers_cpu_count_places_the_servers_without_binding_cores(monkeypatch) -> None:
+    """Ray gives a variant a number of CPUs (OMP_NUM_THREADS), not cores, and runs variants side by
+    side: binding each variant's server to the first cores would put them all on the same ones."""
+    from selector.serving import vllm
+    from selector.serving.vllm import Placement
+
+    monkeypatch.setattr(vllm.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert vllm.placements(None, 1) == [Placement(None, 2)]
+    assert vllm.placements(None, 2) == [Placement(None, 1), Placement(None, 1)]
+    env = vllm.environment(VllmConfig(), Placement(None, 2))
+    assert (env["VLLM_CPU_OMP_THREADS_BIND"], env["OMP_NUM_THREADS"]) == ("nobind", "2")
+    assert vllm.placements(4, 2) == [Placement([0, 1], 2), Placement([2, 3], 2)]  # threads: the user's own budget
+    with pytest.raises(ConfigError, match="3 instances need a core each and the launcher gives 2"):
+        vllm.placements(None, 3)
 
 
 def test_metrics_of_instances_are_summed() -> None:

@@ -1,0 +1,172 @@
+"""engine=scripted: an engine that answers without a model, for tests of what is not about the
+model (the adaptive search, the policy flow, faults, the report), so they run in seconds.
+
+It knows the eval set it is started with: for each item it answers the item's own target (a
+perfect answer) with the probability the config gives that variant on that task, and a wrong one
+otherwise (an empty generation; the gold choice ranked below another). Which items it gets right is
+a fixed function of the variant, the task and the item, so a sweep is the same every time. Timed
+requests behave like a server with `slots` requests computing at once: the first token after
+`ttft_ms`, then one every `ms_per_token`, queueing when every slot is busy (a known service time).
+Nothing is converted or quantized, and its memory is plan's estimate of the weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from selector.engines.base import Generation, GenerationRequest, Loglikelihood, LoglikelihoodRequest, Prompt
+from selector.engines.spec import Batching, Engine, EngineInfo, Range, Running, StartContext
+from selector.engines.trace import RequestTrace
+from selector.errors import UnavailableError
+
+
+@dataclass
+class ScriptedEngineConfig:
+    kind: str = "scripted"
+    # The chance of a right answer per task, per variant: keys are "model/precision", a precision or
+    # a model name (the most specific that names the variant wins), values {task: probability}.
+    accuracy: dict[str, dict[str, float]] = field(default_factory=dict)
+    default_accuracy: float = 1.0  # for a task no entry names
+    ttft_ms: float = 5.0
+    ms_per_token: float = 1.0
+    slots: int = 4  # requests computing at once; the rest wait
+    batch_size: int = 8
+    seed: int = 0
+
+
+class ScriptedEngine(Engine):
+    kind = "scripted"
+    label = "scripted (no model)"
+    Config = ScriptedEngineConfig
+    needs_checkpoint = False
+    ranges = (Range("default_accuracy", lambda v: 0 <= v <= 1, "a probability in [0, 1]"),
+              Range("ttft_ms", lambda v: v >= 0, "0 or more"), Range("ms_per_token", lambda v: v >= 0, "0 or more"),
+              Range("slots", lambda v: v >= 1, "at least 1"), Range("batch_size", lambda v: v >= 1, "at least 1"))
+
+    def check(self, cfg: Any, origin: Any) -> None:
+        for name, tasks in self.config.accuracy.items():
+            for task, p in tasks.items():
+                if not 0 <= float(p) <= 1:
+                    raise origin.error(f"engine.accuracy.{name}.{task}", f"must be a probability in [0, 1], got {p!r}")
+
+    def start(self, ctx: StartContext) -> ScriptedRunning:
+        return ScriptedRunning(self.config, ctx)
+
+
+def _key(prompt: Prompt) -> str:
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+
+
+class ScriptedRunning(Running):
+    name = "scripted"
+    token_ids = False
+
+    def __init__(self, config: ScriptedEngineConfig, ctx: StartContext) -> None:
+        from selector.tasks.prompts import build_prompt, continuation, resolve_style
+
+        cfg = ctx.cfg
+        self.config, self.cfg = config, cfg
+        self.answers: dict[str, tuple[str, str, str]] = {}  # prompt -> (task, item id, the right answer)
+        for task in ctx.tasks:
+            style = resolve_style(task, cfg.model.name, cfg.model.prompt_style)
+            for item in task.items:
+                right = item.targets[style] if task.type == "generate" else continuation(task, item.targets[style], style)
+                self.answers[_key(build_prompt(task, item, style))] = (task.name, item.id, right)
+        self.slots: asyncio.Semaphore | None = None
+
+    # ---- answers --------------------------------------------------------------------------------
+    def probability(self, task: str) -> float:
+        names = (f"{self.cfg.model.name}/{self.cfg.precision.name}", self.cfg.precision.name, self.cfg.model.name)
+        for name in names:
+            if task in self.config.accuracy.get(name, {}):
+                return float(self.config.accuracy[name][task])
+        return self.config.default_accuracy
+
+    def right(self, task: str, item: str) -> bool:
+        """Whether this variant answers this item right: a fixed draw per (variant, task, item)."""
+        text = f"{self.config.seed}/{self.cfg.model.name}/{self.cfg.precision.name}/{task}/{item}"
+        draw = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
+        return draw < self.probability(task)
+
+    def generate(self, requests: list[GenerationRequest], progress: Any = None) -> list[Generation]:
+        out = []
+        for r in requests:
+            task, item, target = self.answers.get(_key(r.prompt), ("", "", ""))
+            text = target if task and self.right(task, item) else ""
+            out.append(Generation(text=text, prompt_tokens=len(self.render(r.prompt).split()),
+                                  output_tokens=len(text.split())))
+        if progress:
+            progress(len(requests))
+        return out
+
+    def loglikelihood(self, requests: list[LoglikelihoodRequest], progress: Any = None) -> list[Loglikelihood]:
+        by_context: dict[str, list[int]] = {}
+        for i, r in enumerate(requests):
+            by_context.setdefault(_key(r.context), []).append(i)
+        scores: list[Loglikelihood | None] = [None] * len(requests)
+        for key, members in by_context.items():
+            task, item, gold = self.answers.get(key, ("", "", ""))
+            best = gold if task and self.right(task, item) else next(
+                (requests[i].continuation for i in members if requests[i].continuation != gold), gold)
+            for i in members:
+                top = requests[i].continuation == best
+                scores[i] = Loglikelihood(logprob=-1.0 if top else -5.0, tokens=1, is_greedy=top)
+        if progress:
+            progress(len(requests))
+        return scores  # type: ignore[return-value]
+
+    def render(self, prompt: Prompt) -> str:
+        from selector.engines.openai import render_messages
+
+        return prompt if isinstance(prompt, str) else render_messages(prompt)
+
+    def rebatched(self, batch_size: int) -> ScriptedRunning:
+        return self
+
+    # ---- timed requests ------------------------------------------------------------------------
+    @asynccontextmanager
+    async def session(self, batching: Batching) -> AsyncIterator[Any]:
+        from selector.measure.load_driver import Channel
+        from selector.measure.utilization import UtilizationMonitor, own_process
+
+        slots = asyncio.Semaphore(self.config.slots)
+
+        async def send(request: GenerationRequest) -> RequestTrace:
+            trace = RequestTrace(sent=time.perf_counter())
+            async with slots:
+                trace.picked = trace.compute_start = time.perf_counter()
+                tokens = request.max_new_tokens
+                await asyncio.sleep(self.config.ttft_ms / 1e3)
+                trace.token_times.append(time.perf_counter())
+                for _ in range(tokens - 1):
+                    await asyncio.sleep(self.config.ms_per_token / 1e3)
+                    trace.token_times.append(time.perf_counter())
+            trace.end, trace.output_tokens = time.perf_counter(), tokens
+            trace.prompt_tokens = len(self.render(request.prompt).split())
+            return trace
+
+        yield Channel(send, lambda: UtilizationMonitor(own_process, time.thread_time, [], subtract_harness=True))
+
+    def token_logprobs(self, prompts: list[list[int]], positions: int) -> Any:
+        raise UnavailableError("the scripted engine has no model to give next-token distributions")
+
+    # ---- memory and what ran ---------------------------------------------------------------------
+    def memory(self) -> Any:
+        from selector.plan.estimate import planned_weight_bytes
+        from selector.records import MemoryResult
+
+        weights = int(planned_weight_bytes(self.cfg, "cpu")[0])
+        return MemoryResult(weight_bytes=weights, weights_source="plan")
+
+    def info(self) -> EngineInfo:
+        return EngineInfo(notes=["scripted engine: answers from the eval set's targets, no model"])
+
+    def stop(self, interrupted: bool = False) -> None:
+        pass
