@@ -223,7 +223,7 @@ class PolicyConfig:
     margins: dict[str, float] = field(default_factory=dict)  # non_inferiority: allowed drop per task
     default_margin: float = 0.05
     confidence: float = 0.95
-    ci_method: str = "wilson"  # wilson | bootstrap | exact (Clopper-Pearson for 0/1 scores)
+    ci_method: str = "exact"  # exact (Clopper-Pearson: keeps its level at every n) | wilson | bootstrap
     weights: dict[str, float] = field(default_factory=dict)  # optional combined score
     max_weight_gb: Optional[float] = None
     max_memory_gb: Optional[float] = None  # the serving peak: reserved VRAM on CUDA, RSS on CPU (docs/memory.md)

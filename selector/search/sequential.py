@@ -238,7 +238,7 @@ class VariantStopper:
 
 def floor_tests(
     *, rule: str, floors: Mapping[str, float], tasks: Mapping[str, TaskSpec], alpha: float, round_size: int,
-    confidence: float = 0.95, ci_method: str = "wilson", margins: Mapping[str, float] | None = None,
+    confidence: float = 0.95, ci_method: str = "exact", margins: Mapping[str, float] | None = None,
     default_margin: float = 0.05, non_inferiority_tasks: Iterable[str] | None = None, spending: str = "pocock",
 ) -> VariantStopper:  # fmt: skip
     """The tests of one variant under a policy's rule, with alpha split evenly across them.

@@ -24,7 +24,7 @@ def evaluate_task(
     confidence: float = 0.95,
     on_sample: Callable[[SampleRecord], None] | None = None,
     progress: Progress | None = None,
-    ci_method: str = "wilson",
+    ci_method: str = "exact",
 ) -> tuple[TaskResult, list[SampleRecord]]:
     """Score every item of `task`. The whole task goes to the engine in one call, so it batches;
     `progress` is called with the number of items just finished."""
@@ -60,10 +60,10 @@ def evaluate_task(
 
 
 def summarize(task: Task, item_scores: dict[str, float], confidence: float = 0.95,
-              ci_method: str = "wilson") -> TaskResult:
+              ci_method: str = "exact") -> TaskResult:
     """A task's result over the items scored so far (all of them, or the prefix an adaptive search
     evaluated): the mean with the interval the selection uses too (selector.stats.mean_interval:
-    Wilson, or the bootstrap with ci_method=bootstrap)."""
+    Clopper-Pearson by default, Wilson or the bootstrap when ci_method says so)."""
     metric = get_metric(task.metric)
     values = list(item_scores.values())
     n = len(values)
