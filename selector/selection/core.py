@@ -44,7 +44,7 @@ def select(
     reference = evidence.get(reference_record.name) if reference_record else None
     tasks = sorted({task for ev in evidence.values() for task in ev.record.tasks})
     objectives = {name: objective_value(ev.record, policy) for name, ev in evidence.items()}
-    sequence = ladder(records)
+    sequence = ladder(records, policy)
     ranking = rank(evidence, policy, tasks, reference, objectives, sequence)
     noise = _noise_floor(records, noise_floor)
     sens = sensitivity(evidence, policy, tasks, reference, objectives, sequence=sequence, records=records)
