@@ -11,7 +11,7 @@ from typing import Any
 from selector.engines.base import Engine, GenerationRequest, LoglikelihoodRequest, Progress
 from selector.stats import mean_interval
 from selector.tasks.task import Task
-from selector.tasks.metrics import ScoreInput, get_metric, pick_choice
+from selector.tasks.metrics import InvalidScoreError, ScoreInput, check_score, get_metric, pick_choice
 from selector.tasks.prompts import build_requests, resolve_style
 from selector.records import SampleRecord, TaskResult
 
@@ -43,13 +43,17 @@ def evaluate_task(
     scored = metric.score_batch(inputs, task.metric_args)
     records = []
     for item, prompt, out, extra, score in zip(task.items, prompts, outputs, extras, scored):
+        try:
+            value = check_score(score.value, task.name, item.id, task.metric)
+        except InvalidScoreError as e:
+            raise InvalidScoreError(e.task, e.item, e.metric, e.value, kept=records) from None
         record = SampleRecord(
             task=task.name,
             id=item.id,
             prompt=engine.render(prompt),
             output=out,
             target=item.targets[style],
-            score=score.value,
+            score=value,
             extra={"style": style, **extra, **score.detail},
         )
         records.append(record)
