@@ -159,3 +159,15 @@ def paired_sample_size(
     z_a, z_b = _z(confidence), float(norm.ppf(power))
     root = z_a * math.sqrt(psi) + z_b * math.sqrt(max(psi - delta * delta, 0.0))
     return root * root / (delta * delta)
+
+
+def paired_mean_sample_size(
+    mean_diff: float, sd_diff: float, confidence: float = 0.95, power: float = 0.8
+) -> float:
+    """Paired items for a two-sided test of a mean paired difference (fractional scores): the normal
+    approximation n = ((z_a + z_b) sd / mean)^2 on the raw differences, no cut at 0.5. Infinite
+    when the mean difference is 0."""
+    if mean_diff == 0:
+        return math.inf
+    z_a, z_b = _z(confidence), float(norm.ppf(power))
+    return ((z_a + z_b) * sd_diff / mean_diff) ** 2
