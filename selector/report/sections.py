@@ -215,9 +215,12 @@ def search(records: list[RunRecord], context: dict[str, Any]) -> dict[str, Any] 
             why = "every item; " + searched.get(r.name, "judged on the full set")
         table.rows.append([Cell(r.name, "name"), Cell(r.status.replace("_", " "), f"badge {r.status}"),
                            Cell(seen, "num"), Cell(why.removeprefix("stopped early: "), "")])
-    table.note = ("Variants in the order the search took them (smallest planned weight memory first). A stopped "
-                  "variant's floor was out of reach with probability at least 1 - alpha over the item order "
-                  "(an anytime-valid bound); see docs/search.md.")
+    table.note = ("Variants in the order the search took them (smallest planned weight memory first, each model's "
+                  "baseline before its other precisions; under winner_control=fixed_sequence, the size ladder from "
+                  "the largest). A stopped variant's floor was out of reach with probability at least 1 - alpha over "
+                  "the item order (an anytime-valid bound); a variant not needed as the sibling of a baseline far "
+                  "below a floor would have had to gain more than search.sibling_margin on that task; see "
+                  "docs/search.md.")
     width, waves = wave_lines(info)
     seed_line = order_seed_line(info.get("order_seed"), info.get("order_seed_source"))
     return {
@@ -226,7 +229,9 @@ def search(records: list[RunRecord], context: dict[str, Any]) -> dict[str, Any] 
         "waves": waves,
         "notes": [*info.get("notes", []), *([seed_line] if seed_line else [])],
         "line": (f"{saved.get('variants_measured', 0):.0f} of {saved.get('variants', 0):.0f} variants measured, "
-                 f"{saved.get('items_evaluated', 0):.0f} of {saved.get('grid_items', 0):.0f} items scored; the "
+                 f"{saved.get('items_evaluated', 0):.0f} of {saved.get('grid_items', 0):.0f} items scored"
+                 + (f", {saved['siblings_not_needed']:.0f} not needed as siblings of a baseline far below a floor "
+                    "(never converted, quantized or loaded)" if saved.get("siblings_not_needed") else "") + "; the "
                  f"variants took {fmt.seconds(saved.get('spent_s'))} against about "
                  f"{fmt.seconds(saved.get('grid_estimate_s'))} for the full grid (an estimate from this sweep's "
                  "own timings)") if saved else "",

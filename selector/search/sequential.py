@@ -59,6 +59,7 @@ class Decision:
     level: float  # simultaneous confidence of the bound over all looks; 1.0 when certain
     n_seen: int
     reason: str  # one line for people
+    floor: float | None = None  # the policy's floor (a ceiling when lower is better); None for a margin
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ class FloorTest:
 
     def _decision(self, reject, certain, bound, level, n, y, why="") -> Decision:
         reason = why or self._sentence(reject, certain, bound, level, n, y)
-        return Decision(self.task, reject, certain, bound, level, n, f"{self.task}: {reason}")
+        floor = self.limit if self.kind == "floor" else None
+        return Decision(self.task, reject, certain, bound, level, n, f"{self.task}: {reason}", floor)
 
     def _sentence(self, reject: bool, certain: bool, bound: float, level: float, n: int, y: np.ndarray) -> str:
         higher = self.higher_is_better

@@ -163,6 +163,7 @@ def run(tasks: list[Any], store: ItemStore, evaluate: Evaluate, *, seed: int, ro
                       order_seed=seed)
     if decision is not None:
         info.stopped_by, info.task, info.bound, info.level = decision.reason, decision.task, decision.bound, decision.level
+        info.floor = decision.floor
     return Outcome(samples, info, decision)
 
 
