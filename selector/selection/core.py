@@ -71,11 +71,11 @@ def select(
 def _power(evidence: dict[str, Evidence], winner: str | None, policy: PolicyConfig) -> list[dict]:
     """What the rule can tell apart at the sizes of the winner's tasks (else the largest measured),
     under non_inferiority at the winner's own share of answers flipping against the reference."""
-    sizes: dict[str, tuple[int, bool]] = {}
+    sizes: dict[str, tuple[int, bool, bool]] = {}
     for ev in sorted(evidence.values(), key=lambda ev: ev.name != winner):
         for task, result in ev.record.tasks.items():
             if task not in sizes or (ev.name != winner and result.n > sizes[task][0]):
-                sizes[task] = (result.n, is_binary(result))
+                sizes[task] = (result.n, is_binary(result), result.higher_is_better)
         if ev.name == winner:
             break
     flips = {task: round((d.flips_to_wrong + d.flips_to_right) / d.n, 2)

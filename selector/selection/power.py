@@ -149,27 +149,32 @@ def items_needed(margin: float, confidence: float = 0.95, binary: bool = True,
 # ---- what the report and the preflight say ------------------------------------------------
 
 
-def rows(policy: Any, tasks: dict[str, tuple[int, bool]], discordance: dict[str, float] | None = None
+def rows(policy: Any, tasks: dict[str, tuple], discordance: dict[str, float] | None = None  # type: ignore[type-arg]
          ) -> list[dict[str, Any]]:
     """Per task with a floor or a margin: n, and what the rule can tell apart there.
 
-    tasks: task -> (items, binary); discordance: task -> the observed share of items flipping
-    between the winner and the reference (non_inferiority), else ASSUMED_DISCORDANCE."""
+    tasks: task -> (items, binary[, higher_is_better]); a ceiling (lower is better) is read as the
+    floor 1 - ceiling on 1 - score, and truth_to_pass is then the most the score may truly be.
+    discordance: task -> the observed share of items flipping between the winner and the reference
+    (non_inferiority), else ASSUMED_DISCORDANCE."""
     from selector.selection.checks import effective_floors
 
     out = []
     floors = effective_floors(policy, list(tasks))
     floor_rule = "point" if policy.rule == "non_inferiority" else policy.rule
-    for task, (n, binary) in sorted(tasks.items()):
+    for task, (n, binary, *direction) in sorted(tasks.items()):
+        higher = direction[0] if direction else True
         if n <= 0:
             continue
         gap = policy.margins.get(task, policy.default_margin)
         row: dict[str, Any] = {"task": task, "n": n, "rule": policy.rule}
         floor = floors.get(task)
         if floor is not None:
-            row.update(floor=floor, gap=gap,
-                       passes_below=pass_chance(floor_rule, floor - gap, floor, n, policy.confidence, policy.ci_method),
-                       truth_to_pass=truth_to_pass(floor_rule, floor, n, policy.confidence, policy.ci_method))
+            oriented = floor if higher else 1 - floor
+            need = truth_to_pass(floor_rule, oriented, n, policy.confidence, policy.ci_method)
+            row.update(floor=floor, gap=gap, higher_is_better=higher, passes_below=pass_chance(floor_rule, oriented - gap, oriented, n,
+                                                                      policy.confidence, policy.ci_method),
+                       truth_to_pass=need if need is None or higher else 1 - need)
         if policy.rule == "non_inferiority":
             flips = (discordance or {}).get(task, ASSUMED_DISCORDANCE)
             best = detectable_margin(n, policy.confidence, binary, 0.0)
@@ -201,12 +206,17 @@ def verdict_note(policy: Any, table: list[dict[str, Any]]) -> str:
     floored = [r for r in table if "floor" in r]
     if not floored:
         return ""
-    each = "; ".join(f"{r['task']} {_pct(r['passes_below'])} ({r['n']} items, floor {100 * r['floor']:.0f}%"
-                     + (f", passed 80% of the time from a true {100 * r['truth_to_pass']:.0f}%)"
-                        if r["truth_to_pass"] is not None else ", which no result can pass)") for r in floored)
+    def one(r: dict[str, Any]) -> str:
+        kind, edge = ("floor", "from") if r["higher_is_better"] else ("ceiling", "up to")
+        need = (f", passed 80% of the time {edge} a true {100 * r['truth_to_pass']:.0f}%)"
+                if r["truth_to_pass"] is not None else ", which no result can pass)")
+        return f"{r['task']} {_pct(r['passes_below'])} ({r['n']} items, {kind} {100 * r['floor']:.0f}%{need}"
+
+    each = "; ".join(one(r) for r in floored)
     gaps = {r["gap"] for r in floored}
     gap = f"{100 * gaps.pop():.0f} points" if len(gaps) == 1 else "its margin (policy.margins)"
-    said = (f"Rule {policy.rule} at these sizes: a variant truly {gap} below a floor would pass it with probability "
+    where = "below a floor" + (" (above a ceiling)" if not all(r["higher_is_better"] for r in floored) else "")
+    said = (f"Rule {policy.rule} at these sizes: a variant truly {gap} {where} would pass it with probability "
             f"{each}.")
     if policy.rule == "point":
         said += (f" policy.rule=lower_bound keeps that chance under {(1 - policy.confidence) / 2:.1%} per floor (and "

@@ -194,3 +194,14 @@ def test_wilson_runs_over_its_level_and_clopper_pearson_does_not() -> None:
     grid_low = np.array([wilson_interval(k, 48, 0.95)[0] for k in range(49)])
     at_p = {p: float(binom.pmf(np.arange(49), 48, p)[grid_low > p].sum()) for p in (0.504, 0.07, 0.011)}
     assert at_p == pytest.approx({0.504: 0.0337, 0.07: 0.0484, 0.011: 0.0980}, abs=1e-4)
+
+
+def test_a_ceiling_is_read_on_the_mirrored_scale() -> None:
+    """An error rate with a 30% ceiling: a variant truly at 35% passes as often as one truly at 65%
+    passes a 70% floor (every interval here is symmetric)."""
+    policy = PolicyConfig(floors={"err": 0.3})
+    [row] = power.rows(policy, {"err": (48, True, False)})
+    assert row["passes_below"] == pytest.approx(power.pass_chance("point", 0.65, 0.70, 48))
+    assert row["truth_to_pass"] == pytest.approx(1 - power.truth_to_pass("point", 0.70, 48))
+    assert "err 2" in power.verdict_note(policy, [row]) and "ceiling 30%, passed 80% of the time up to a true" in \
+        power.verdict_note(policy, [row])
