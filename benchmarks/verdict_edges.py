@@ -57,9 +57,10 @@ from selector.records import MemoryResult, RunRecord, SampleRecord, TaskResult, 
 SEED = 20261202
 SIZES = {"sentiment": 48, "extraction": 48, "arithmetic": 48, "code": 42}
 FLOORS = {"sentiment": 0.80, "extraction": 0.70, "arithmetic": 0.60, "code": 0.50}
-RULES = {"point": dict(rule="point"), "lower_bound wilson": dict(rule="lower_bound"),
+RULES = {"point": dict(rule="point"), "lower_bound wilson": dict(rule="lower_bound", ci_method="wilson"),
          "lower_bound bootstrap": dict(rule="lower_bound", ci_method="bootstrap"),
          "non_inferiority, 15-point margin": dict(rule="non_inferiority", default_margin=0.15)}  # fmt: skip
+EXACT = {"lower_bound exact (the default ci_method)": dict(rule="lower_bound", ci_method="exact")}  # after RULES
 REFERENCE = {t: np.ones(n) for t, n in SIZES.items()}  # a reference right on every item (the largest model)
 
 
@@ -76,7 +77,7 @@ def record(name: str, scores: dict[str, np.ndarray], fractional: bool, params: f
 
 
 def policy(rule: str) -> PolicyConfig:
-    return PolicyConfig(floors=dict(FLOORS), **RULES[rule])
+    return PolicyConfig(floors=dict(FLOORS), **{**RULES, **EXACT}[rule])
 
 
 def passes(scores: dict[str, np.ndarray], rule: str, fractional: bool) -> bool:
@@ -316,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(SEED)
     rejection = {f"{rule}, {'fractional extraction' if frac else 'all 0/1'}": false_rejection(rule, frac, draws, rng)
                  for frac in (False, True) for rule in RULES}  # fmt: skip
+    rejection.update({f"{rule}, {'fractional extraction' if frac else 'all 0/1'}": false_rejection(rule, frac, draws, rng)
+                      for frac in (False, True) for rule in EXACT})  # after the others: their draws stay comparable
     coverage = interval_coverage(draws, rng)
     limits = sequence.with_limit(draws, rng, SIZES, FLOORS, RULES["lower_bound wilson"])
     qwen = sequence.qwen_agreement(draws, rng, SIZES, FLOORS)
