@@ -172,8 +172,8 @@ def rows(policy: Any, tasks: dict[str, tuple], discordance: dict[str, float] | N
         if floor is not None:
             oriented = floor if higher else 1 - floor
             need = truth_to_pass(floor_rule, oriented, n, policy.confidence, policy.ci_method)
-            row.update(floor=floor, gap=gap, higher_is_better=higher, passes_below=pass_chance(floor_rule, oriented - gap, oriented, n,
-                                                                      policy.confidence, policy.ci_method),
+            below = pass_chance(floor_rule, oriented - gap, oriented, n, policy.confidence, policy.ci_method)
+            row.update(floor=floor, gap=gap, higher_is_better=higher, passes_below=below,
                        truth_to_pass=need if need is None or higher else 1 - need)
         if policy.rule == "non_inferiority":
             flips = (discordance or {}).get(task, ASSUMED_DISCORDANCE)
@@ -206,6 +206,7 @@ def verdict_note(policy: Any, table: list[dict[str, Any]]) -> str:
     floored = [r for r in table if "floor" in r]
     if not floored:
         return ""
+
     def one(r: dict[str, Any]) -> str:
         kind, edge = ("floor", "from") if r["higher_is_better"] else ("ceiling", "up to")
         need = (f", passed 80% of the time {edge} a true {100 * r['truth_to_pass']:.0f}%)"
@@ -224,7 +225,7 @@ def verdict_note(policy: Any, table: list[dict[str, Any]]) -> str:
     return said
 
 
-def preflight_lines(policy: Any, tasks: dict[str, tuple[int, bool]]) -> list[str]:
+def preflight_lines(policy: Any, tasks: dict[str, tuple]) -> list[str]:  # type: ignore[type-arg]
     """Before anything loads: the rule cannot be met at this size, or only with low power."""
     out = []
     for row in rows(policy, tasks):
