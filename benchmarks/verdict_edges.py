@@ -163,16 +163,8 @@ def interval_coverage(draws: int, rng: np.random.Generator) -> list[dict[str, ob
                      for m, a in above.items()]  # fmt: skip
         # non-inferiority declared at a true difference of exactly -5 points: the decision itself
         for disc in (0.15, 0.40):
-            p_g, p_l = (disc - 0.05) / 2, (disc + 0.05) / 2
-            declared = 0.0
-            for g in range(n + 1):
-                for c in range(n + 1 - g):
-                    prob = float(np.exp(gammaln(n + 1) - gammaln(g + 1) - gammaln(c + 1) - gammaln(n - g - c + 1)
-                                        + xlogy(g, p_g) + xlogy(c, p_l) + xlogy(n - g - c, 1 - disc)))  # fmt: skip
-                    if prob < 1e-9:
-                        continue
-                    v, ref = np.r_[np.ones(g), np.zeros(c), np.ones(n - g - c)], np.r_[np.zeros(g), np.ones(c), np.ones(n - g - c)]
-                    declared += prob * _declares(v, ref, "exact_match", paired_diff, non_inferiority_check, Evidence)
+            declared = sum(prob * _declares(v, ref, "exact_match", paired_diff, non_inferiority_check, Evidence)
+                           for prob, v, ref in paired_tables(n, (disc - 0.05) / 2, (disc + 0.05) / 2))
             rows.append({"interval": f"non-inferiority declared, 0/1, {100 * disc:.0f}% discordant (exact)", "n": n,
                          "truth": -0.05, "above": declared})
         hits = 0
@@ -183,6 +175,17 @@ def interval_coverage(draws: int, rng: np.random.Generator) -> list[dict[str, ob
         rows.append({"interval": "non-inferiority declared, fractional (simulated)", "n": n, "truth": -0.05,
                      "above": hits / draws})
     return rows
+
+
+def paired_tables(n: int, p_gained: float, p_lost: float):  # type: ignore[no-untyped-def]
+    """Every paired 0/1 table of n items worth summing: (its probability, variant, reference) with
+    `gained` items only the variant gets right and `lost` only the reference."""
+    for g in range(n + 1):
+        for c in range(n + 1 - g):
+            prob = float(np.exp(gammaln(n + 1) - gammaln(g + 1) - gammaln(c + 1) - gammaln(n - g - c + 1)
+                                + xlogy(g, p_gained) + xlogy(c, p_lost) + xlogy(n - g - c, 1 - p_gained - p_lost)))
+            if prob >= 1e-9:
+                yield prob, np.r_[np.ones(g), np.zeros(c), np.ones(n - g - c)], np.r_[np.zeros(g), np.ones(c), np.ones(n - g - c)]
 
 
 def _declares(v, ref, metric, paired_diff, check, evidence, margin=0.05) -> bool:  # type: ignore[no-untyped-def]
@@ -284,18 +287,9 @@ def equal_variant_power() -> dict[str, object]:
     for margin in (0.05, 0.10, 0.15):
         row: dict[str, object] = {"n": n, "margin": margin}
         for disc in (0.0, 0.05, 0.10, 0.20):
-            declared = 0.0
-            p = disc / 2
-            for g in range(n + 1):
-                for c in range(n + 1 - g):
-                    prob = float(np.exp(gammaln(n + 1) - gammaln(g + 1) - gammaln(c + 1) - gammaln(n - g - c + 1)
-                                        + xlogy(g, p) + xlogy(c, p) + xlogy(n - g - c, 1 - disc)))  # fmt: skip
-                    if prob < 1e-9:
-                        continue
-                    v, ref = np.r_[np.ones(g), np.zeros(c), np.ones(n - g - c)], np.r_[np.zeros(g), np.ones(c), np.ones(n - g - c)]
-                    declared += prob * _declares(v, ref, "exact_match", paired_diff, non_inferiority_check, Evidence,
-                                                 margin)  # fmt: skip
-            row[f"{100 * disc:.0f}% discordant"] = declared
+            row[f"{100 * disc:.0f}% discordant"] = sum(
+                prob * _declares(v, ref, "exact_match", paired_diff, non_inferiority_check, Evidence, margin)
+                for prob, v, ref in paired_tables(n, disc / 2, disc / 2))
         rows.append(row)
     low, _, _ = paired_fractional(np.zeros(n), 0.95)
     detect = {}
