@@ -2,19 +2,23 @@
 
 Each simulated sweep draws an eval set (3 tasks of 40-200 items; 0/1 scores, or token-F1-like
 fractional scores on a quarter of the tasks), a ladder of 4 models x 3 precisions whose per-item
-scores come from a shared item difficulty, a rule (point or lower_bound with Wilson), a per-variant
+scores come from a shared item difficulty, a rule (point or lower_bound, Clopper-Pearson), a per-variant
 alpha (0.01, 0.05 or 0.10) and floors (up to 20 points under the best variant's full-set score, in
 steps of 5 points, so some variants sit far from a floor and some near it). In "boundary" sweeps
 (a third) the floors are set so one variant's full-set result sits exactly on the threshold of
 every task: the least favourable case for a false rejection. The full-evaluation verdict of every
 variant is computed on the same item populations with the selection's own interval
-(selector.stats.mean_interval: Wilson for 0/1 scores, the bootstrap for fractional ones),
+(selector.stats.mean_interval under the default ci_method: Clopper-Pearson on the score sum),
 independently of the search code; the adaptive side runs the real FloorTests (one per floor,
 alpha split over them, vectorized, and checked against FloorTest.decide itself on every 10th
-sweep's target variant) and the real SearchDriver. benchmarks/verdict_edges.py runs the whole
-evaluation loop and select() at the default eval set's sizes.
+sweep's target variant) and the real SearchDriver, with the sibling rule at its default
+(search.sibling_margin). benchmarks/sibling_rule.py applies that rule to the README's stored grid,
+to these ladders at several margins and to ladders where quantization can gain on a task, and
+states how often it skips a variant the grid found eligible beside the time it saves.
+benchmarks/verdict_edges.py runs the whole evaluation loop and select() at the default eval set's
+sizes.
 
-    python -m benchmarks.adaptive_simulation            # 10,000 sweeps, about 2 minutes on one core
+    python -m benchmarks.adaptive_simulation            # 10,000 sweeps, about 3 minutes on one core
     python -m benchmarks.adaptive_simulation --sweeps 500
 
 Writes benchmarks/results/adaptive_simulation.json and .md; exits 1 if an error rate is significantly
@@ -35,16 +39,21 @@ import numpy as np
 
 from benchmarks.common import RESULTS_DIR
 from selector.search import bounds
-from selector.search.driver import Candidate, Outcome, SearchDriver
+from benchmarks.sibling_rule import (
+    MARGINS, SIBLING_KEYS, baseline_shortfall, readme_grid, siblings_summary, stress_ladders, tally_no_fidelity,
+    tally_siblings,
+)
+from selector.search.driver import Candidate, Outcome, SearchDriver, Shortfall
 from selector.search.sequential import FloorTest, TaskSpec, floor_tests
 from selector.search.thresholds import EPS
-from selector.stats import mean_interval, wilson_interval
+from selector.stats import clopper_pearson_interval, mean_interval, wilson_interval
 
 SEED = 20240614
 ROUND_SIZE = 12
 ALPHAS = (0.01, 0.05, 0.10)
 SIZES = (40, 48, 60, 80, 100, 120, 150, 200)
 WORKERS = (1, 2, 4)
+SIBLING_MARGIN = 0.15  # search.sibling_margin's default (docs/search.md)
 CHECK_EVERY = 10  # every 10th sweep: the target variant's early rejection through FloorTest.decide itself
 # The ladder: parameters (billions) and logit ability of each model; bytes per parameter and the
 # logit cost of each precision (int4 also costs a calibration pass). Costs in seconds, stated
@@ -79,27 +88,36 @@ def ladder(rng: np.random.Generator) -> tuple[list[Variant], np.ndarray]:
     return variants, np.array(ability)
 
 
-def populations(rng, ability: np.ndarray, n_items: int, binary: bool) -> np.ndarray:
-    """variants x items scores; items share a difficulty, precisions of a model share their luck."""
+def populations(rng, ability: np.ndarray, n_items: int, binary: bool, stress: bool = False) -> np.ndarray:
+    """variants x items scores; items share a difficulty, precisions of a model share their luck.
+
+    stress: quantization also moves each task's ability on its own (normal, sd 0.3 logits) and, for
+    0/1 scores, re-draws the luck of a share of the items (2-30%, as 1.6-26% of answers flipped in
+    the README's grid), so a quantized copy can beat its baseline on a task (the sibling rule's risk)."""
     difficulty = rng.normal(0, 1.5, n_items) + rng.normal(0, 0.5)
-    p = 1 / (1 + np.exp(-(ability[:, None] - difficulty[None, :])))
+    quantized = np.tile([precision != "bf16" for precision, *_ in PRECISIONS], len(MODELS))
+    shift = np.where(quantized, rng.normal(0, 0.3, quantized.size), 0.0) if stress else np.zeros(quantized.size)
+    p = 1 / (1 + np.exp(-(ability[:, None] + shift[:, None] - difficulty[None, :])))
     if binary:
         luck = np.repeat(rng.random((len(MODELS), n_items)), len(PRECISIONS), axis=0)
+        if stress:
+            share = np.where(quantized, rng.uniform(0.02, 0.30, quantized.size), 0.0)
+            luck = np.where(rng.random(luck.shape) < share[:, None], rng.random(luck.shape), luck)
         return (luck < p).astype(float)
     return np.clip(p + rng.normal(0, 0.2, p.shape), 0, 1).round(3)
 
 
 @lru_cache(maxsize=None)
-def wilson_low(successes: float, n: int, confidence: float) -> float:
-    return wilson_interval(successes, n, confidence)[0]
+def exact_low(successes: float, n: int, confidence: float) -> float:
+    return clopper_pearson_interval(successes, n, confidence)[0]
 
 
 def lower_end(scores: np.ndarray, binary: bool) -> float:
-    """The selection's own interval (selector.stats.mean_interval, as select() computes it): Wilson
-    for 0/1 scores, the bootstrap for fractional ones."""
+    """The selection's own interval under the default ci_method (selector.stats.mean_interval, as
+    select() computes it): Clopper-Pearson on the score sum, for 0/1 and fractional scores."""
     if binary:
-        return wilson_low(round(float(scores.sum()), 9), scores.size, 0.95)
-    return mean_interval(scores, False, 0.95, "wilson")[0]
+        return exact_low(round(float(scores.sum()), 9), scores.size, 0.95)
+    return mean_interval(scores, False, 0.95, "exact")[0]
 
 
 def full_set_passes(scores: np.ndarray, floor: float, rule: str, binary: bool) -> np.ndarray:
@@ -139,14 +157,14 @@ def decided_round(test: FloorTest, row: np.ndarray) -> int:
     return -1
 
 
-def draw_sweep(rng: np.random.Generator) -> dict:
+def draw_sweep(rng: np.random.Generator, stress: bool = False) -> dict:
     variants, ability = ladder(rng)
     sizes = rng.choice(SIZES, 3)
     binary = rng.random(3) >= 0.25
     rule = str(rng.choice(["point", "lower_bound"]))
     alpha = float(rng.choice(ALPHAS))
     boundary = bool(rng.random() < 1 / 3)
-    scores = [populations(rng, ability, int(n), bool(b)) for n, b in zip(sizes, binary)]
+    scores = [populations(rng, ability, int(n), bool(b), stress) for n, b in zip(sizes, binary)]
     target = int(rng.integers(len(variants)))
     floors = {}
     for j, s in enumerate(scores):
@@ -168,9 +186,10 @@ def judge(sweep: dict, spending: str, check: bool = False) -> dict:
     n_var = len(sweep["variants"])
     eligible = np.ones(n_var, bool)
     stop = np.full(n_var, 10**6)
+    passes = {}
     for j, (test, scores) in enumerate(zip(stopper.tests, sweep["scores"])):
-        n_items = scores.shape[1]
-        eligible &= full_set_passes(scores, sweep["floors"][f"t{j}"], sweep["rule"], bool(sweep["binary"][j]))
+        passes[f"t{j}"] = full_set_passes(scores, sweep["floors"][f"t{j}"], sweep["rule"], bool(sweep["binary"][j]))
+        eligible &= passes[f"t{j}"]
         first = rejection_round(test, scores[:, sweep["orders"][j]])
         if check:  # the target variant through FloorTest.decide itself
             row = scores[sweep["target"], sweep["orders"][j]]
@@ -181,19 +200,30 @@ def judge(sweep: dict, spending: str, check: bool = False) -> dict:
         [sum(min((r + 1) * ROUND_SIZE, int(n)) for n in sweep["sizes"]) for r in np.minimum(stop, 10**3)]
     )
     items = np.where(stop < 10**6, np.minimum(items_at, total), total)
-    return dict(eligible=eligible, stopped=(stop < 10**6) & (items < total), items=items, total=total)
+    return dict(eligible=eligible, stopped=(stop < 10**6) & (items < total), items=items, total=total,
+                stop_round=stop, passes=passes, stopper=stopper)
 
 
-def search(sweep: dict, verdict: dict, workers: int, baseline_first: bool = True) -> dict:
+def shortfall(sweep: dict, verdict: dict, i: int, stopped: bool) -> Shortfall | None:
+    """What the sweep's outcome_of hands the driver for variant i, stopped early or rejected."""
+    scores = {f"t{j}": s[i, sweep["orders"][j]] for j, s in enumerate(sweep["scores"])}
+    look = (int(verdict["stop_round"][i]) + 1) * ROUND_SIZE if stopped else None
+    return baseline_shortfall(verdict["stopper"], scores, look, sweep["floors"],
+                              {t: bool(p[i]) for t, p in verdict["passes"].items()})
+
+
+def search(sweep: dict, verdict: dict, workers: int, baseline_first: bool = True,
+           sibling_margin: float | None = SIBLING_MARGIN, fidelity: bool = True) -> dict:
     """Drive the real SearchDriver with the simulated outcomes; costs per run and per wave.
-    Fidelity is on, as by default: a sibling that runs before its model's baseline has written the
-    reference loads the baseline once more in its preparation (10 s + 4 s per GB, as any load)."""
+    With fidelity (the default) a sibling that runs before its model's baseline has written the
+    reference loads the baseline once more in its preparation (10 s + 4 s per GB, as any load).
+    sibling_margin: the rule of search.sibling_margin (None: off)."""
     variants = sweep["variants"]
     by_name = {v.name: i for i, v in enumerate(variants)}
     cands = [Candidate(v.name, v.planned_gb, v.model, needs_quantization=v.precision != "bf16",
                        is_baseline=v.precision == "bf16") for v in variants]  # fmt: skip
     baseline_gb = {v.model: v.measured_gb for v in variants if v.precision == "bf16"}
-    driver = SearchDriver(cands, workers=workers, baseline_first=baseline_first)
+    driver = SearchDriver(cands, workers=workers, baseline_first=baseline_first, sibling_margin=sibling_margin)
     cost = wall = 0.0
     referenced: set[str] = set()  # models whose reference is cached
     baseline_loads = 0
@@ -203,16 +233,19 @@ def search(sweep: dict, verdict: dict, workers: int, baseline_first: bool = True
         for name in wave.names:
             i = by_name[name]
             v = variants[i]
+            failing_baseline = v.precision == "bf16" and not verdict["eligible"][i] and sibling_margin is not None
             if verdict["stopped"][i] and not wave.full:
-                outcome = Outcome("stopped", items=int(verdict["items"][i]))
+                short = shortfall(sweep, verdict, i, stopped=True) if failing_baseline else None
+                outcome = Outcome("stopped", items=int(verdict["items"][i]), shortfall=short)
             elif verdict["eligible"][i]:
                 outcome = Outcome("eligible", measured=v.measured_gb, items=verdict["total"])
             else:
-                outcome = Outcome("rejected", items=verdict["total"])
+                short = shortfall(sweep, verdict, i, stopped=False) if failing_baseline else None
+                outcome = Outcome("rejected", items=verdict["total"], shortfall=short)
             run_cost = v.setup_s + outcome.items * v.item_s
             if v.precision == "bf16":
                 baseline_loads += 1
-            elif v.model not in referenced:
+            elif fidelity and v.model not in referenced:
                 run_cost += 10 + 4 * baseline_gb[v.model]
                 baseline_loads += 1
             wave_cost.append(run_cost)
@@ -220,8 +253,9 @@ def search(sweep: dict, verdict: dict, workers: int, baseline_first: bool = True
         referenced |= {variants[by_name[n]].model for n in wave.names}  # after the wave: no sharing within it
         cost, wall = cost + sum(wave_cost), wall + max(wave_cost)
     counts = driver.counts()
+    skipped = [n for n, st in driver.states.items() if st.pruned_by == "sibling"]
     return dict(best=driver.best, materialized=counts["materialized"], items=counts["items"], cost=cost, wall=wall,
-                baseline_loads=baseline_loads)  # fmt: skip
+                baseline_loads=baseline_loads, skipped=skipped)  # fmt: skip
 
 
 def grid(sweep: dict, verdict: dict, workers: int) -> dict:
@@ -262,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sweeps", type=int, default=10_000)
     parser.add_argument("--spending-sweeps", type=int, default=2_000, help="sweeps for the spending comparison")
+    parser.add_argument("--stress-sweeps", type=int, default=3_000, help="ladders where quantization can gain")
+    parser.add_argument("--readme-draws", type=int, default=2_000, help="item orders of the README's stored grid")
     args = parser.parse_args(argv)
     started = time.process_time()
     rng = np.random.default_rng(SEED)
@@ -272,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     spending_errors: dict[str, dict] = {s: {} for s in bounds.SPENDING}
     spending_items: dict[str, list] = {s: [] for s in bounds.SPENDING}
     baseline_first: dict[int, dict] = {w: {} for w in WORKERS}
+    margins = ("off", *MARGINS)
+    siblings = {m: dict.fromkeys(SIBLING_KEYS, 0.0) for m in margins}  # the rule on the randomised ladders
+    no_fidelity = {k: 0.0 for k in ("smallest first", "smallest first + rule", "baseline first + rule",
+                                    "winner differs")}  # fmt: skip
     for k in range(args.sweeps):
         sweep = draw_sweep(rng)
         verdict = judge(sweep, "pocock", check=k % CHECK_EVERY == 0)
@@ -285,14 +325,18 @@ def main(argv: list[str] | None = None) -> int:
             for key in work[w]:
                 work[w][key] += ours[key]
                 grid_work[w][key] += full[key]
-            if k < args.spending_sweeps:  # the order before baseline_first, on the same sweeps
-                before = search(sweep, verdict, w, baseline_first=False)
-                for key, value in (("cost", ours["cost"]), ("wall", ours["wall"]), ("loads", ours["baseline_loads"]),
+            if k < args.spending_sweeps:  # the order before baseline_first, on the same sweeps (rule off in both)
+                before = search(sweep, verdict, w, baseline_first=False, sibling_margin=None)
+                now = search(sweep, verdict, w, sibling_margin=None)
+                for key, value in (("cost", now["cost"]), ("wall", now["wall"]), ("loads", now["baseline_loads"]),
                                    ("cost_before", before["cost"]), ("wall_before", before["wall"]),
                                    ("loads_before", before["baseline_loads"]),
-                                   ("winner_differs", int(ours["best"] != before["best"]))):
+                                   ("winner_differs", int(now["best"] != before["best"]))):
                     baseline_first[w][key] = baseline_first[w].get(key, 0) + value
             if w == 1:
+                tally_siblings(siblings, sweep, verdict, full, ours)
+                if k < args.spending_sweeps:
+                    tally_no_fidelity(no_fidelity, sweep, verdict)
                 item_fraction.append(ours["items"] / full["items"])
                 materialized_fraction.append(ours["materialized"] / full["materialized"])
                 if full["best"] is not None:
@@ -302,9 +346,11 @@ def main(argv: list[str] | None = None) -> int:
                 other = verdict if spending == "pocock" else judge(sweep, spending)
                 count(spending_errors[spending], "false_rejection", int(np.sum(ok & other["stopped"])), int(ok.sum()))
                 spending_items[spending] += list(other["items"][~ok] / other["total"])
+    stress = stress_ladders(args.stress_sweeps)
+    readme = readme_grid(args.readme_draws)
     setup = {
         "tasks": 3, "items_per_task": SIZES, "fractional_task_share": 0.25, "alphas": ALPHAS,
-        "rules": ["point", "lower_bound (Wilson, 95%)"], "boundary_sweep_share": 1 / 3,
+        "rules": ["point", "lower_bound (Clopper-Pearson, 95%: the default ci_method)"], "boundary_sweep_share": 1 / 3,
         "candidates": len(MODELS) * len(PRECISIONS), "models": MODELS, "precisions": PRECISIONS,
     }  # fmt: skip
     result = {
@@ -324,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
         "baseline_first": {str(w): {"sweeps": min(args.sweeps, args.spending_sweeps), **t}
                            for w, t in baseline_first.items()},
         "exact_boundary": exact_boundary_table(),
+        "siblings": {"sibling_margin": SIBLING_MARGIN, "sweeps": args.sweeps, "per_margin": siblings,
+                     "no_fidelity": {"sweeps": min(args.sweeps, args.spending_sweeps), **no_fidelity},
+                     "stress": stress, "readme": readme},
         "cpu_seconds": round(time.process_time() - started, 1),
     }  # fmt: skip
     RESULTS_DIR.mkdir(exist_ok=True)
@@ -388,6 +437,7 @@ def summary(r: dict) -> str:
         lines.append(f"| {w} | {n} | {t['loads_before'] / n:.2f} -> {t['loads'] / n:.2f} | {t['cost_before'] / n:.0f} s "
                      f"-> {t['cost'] / n:.0f} s | {t['wall_before'] / n:.0f} s -> {t['wall'] / n:.0f} s "
                      f"| {t['winner_differs']} |")  # fmt: skip
+    lines += siblings_summary(r["siblings"])
     lines += ["", "## Exact false-rejection probability at the boundary (0/1 scores, floor 60%)", "",
               "| items | alpha per test | exact |", "|---|---|---|"]  # fmt: skip
     for row in r["exact_boundary"]:

@@ -150,6 +150,9 @@ class SearchConfig:
     round_size: int = 12  # items per task between two looks at the floors
     complete: bool = False  # adaptive, but measure every variant (early rejection still applies)
     prune_margin: float = 0.05  # prune only variants planned this much (relative) above the best measured one
+    # A model's other precisions are not needed when its baseline misses a floor by more than this
+    # (a fraction: 0.15 = 15 points; null: off). Default: docs/search.md, "Siblings of a failing baseline".
+    sibling_margin: Optional[float] = 0.15
     workers: Optional[int] = None  # variants per wave; default: what the launcher runs at once (sweep/width.py)
     stop_early: bool = True  # set false by the search for the runs that must see every item (evidence)
     # The item order's seed; null: drawn once per eval set and output folder, kept, and recorded
@@ -174,7 +177,7 @@ class PolicyConfig:
     margins: dict[str, float] = field(default_factory=dict)  # non_inferiority: allowed drop per task
     default_margin: float = 0.05
     confidence: float = 0.95
-    ci_method: str = "wilson"  # wilson | bootstrap | exact (Clopper-Pearson for 0/1 scores)
+    ci_method: str = "exact"  # exact (Clopper-Pearson: keeps its level at every n) | wilson | bootstrap
     weights: dict[str, float] = field(default_factory=dict)  # optional combined score
     max_weight_gb: Optional[float] = None
     max_memory_gb: Optional[float] = None  # the serving peak: reserved VRAM on CUDA, RSS on CPU (docs/memory.md)

@@ -319,6 +319,7 @@ class SearchInfo(StrictModel):
     task: str = ""  # the task whose floor stopped it
     bound: float | None = None  # the anytime bound on that task's full-set score
     level: float | None = None  # its simultaneous confidence (1.0: certain)
+    floor: float | None = None  # the floor it was tested against (None: a non-inferiority margin)
     order_seed: int | None = None  # the seed of the item order it was scored in (selector.sweep.order_seed)
 
 

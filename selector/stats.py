@@ -63,8 +63,9 @@ def bootstrap_interval(
 
 def clopper_pearson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Clopper-Pearson's exact interval for a binomial proportion: each end keeps its level at every
-    n and p (Wilson's runs to 2.97% for a one-sided 2.5% at n = 48, benchmarks/verdict_edges.py).
-    A fractional count (fractional scores) is rounded down for the low end and up for the high."""
+    n and p (exactly, over every count: at most 2.5% one-sided at n = 24, 48 and 100, where Wilson's
+    runs to 3.37% at p = 0.504 and 13.4% at p = 0.003 for n = 48; benchmarks/verdict_edges.py).
+    A fractional count (scores in [0, 1]) is rounded down for the low end and up for the high."""
     if n <= 0:
         return (0.0, 1.0)
     alpha = 1 - confidence
@@ -75,26 +76,28 @@ def clopper_pearson_interval(successes: float, n: int, confidence: float = 0.95)
 
 
 def mean_interval(
-    scores: Sequence[float], binary: bool, confidence: float = 0.95, ci_method: str = "wilson",
+    scores: Sequence[float], binary: bool, confidence: float = 0.95, ci_method: str = "exact",
     n_resamples: int = 2000, seed: int = 0,
 ) -> tuple[float, float, str]:  # fmt: skip
     """The one interval of a task's mean, for the evaluation, the decision and the report alike.
 
-    ci_method="wilson": Wilson's score interval on sum / n, for 0/1 and fractional scores alike. For
-    scores in [0, 1] it is conservative: their variance is at most mean (1 - mean), the 0/1 case
-    Wilson assumes (benchmarks/verdict_edges.py: its lower end above the true mean of token-F1-like
-    scores in 0% of draws at n = 42-48, the percentile bootstrap's in 4.5% for a nominal 2.5%).
-    ci_method="bootstrap": the percentile bootstrap of the item scores. ci_method="exact":
-    Clopper-Pearson for 0/1 scores (keeps its level at every n; wider), Wilson for fractional ones.
+    ci_method="exact" (the default): Clopper-Pearson on sum / n, for 0/1 scores and, with the sum
+    rounded down for the low end and up for the high, for fractional scores in [0, 1]. For 0/1
+    scores each end keeps its level at every n and p; for fractional ones no proof is known, but
+    exact enumeration of every two-point {0, b} and three-point {0, a, 1} score distribution
+    found none above the level (worst 2.50% at n = 24 and 48, the 0/1 case itself;
+    benchmarks/verdict_edges.py). ci_method="wilson": Wilson's score interval on sum / n, narrower
+    and not always at its level (one-sided at n = 48: 3.37% at p = 0.504, 9.8% at p = 0.011, 13.4%
+    at p = 0.003; the same for fractional scores that happen to be all 0 or 1).
+    ci_method="bootstrap": the percentile bootstrap of the item scores (6.8% at n = 42, p = 0.9).
+    `binary` is kept for callers: every method treats 0/1 and fractional scores alike.
     Returns (low, high, method)."""
     values = np.asarray(scores, dtype=float)
-    if ci_method == "exact" and values.size and values.min() >= 0 and values.max() <= 1:
-        if not binary:  # Clopper-Pearson needs a count; Wilson is conservative for fractional scores
-            low, high = wilson_interval(float(values.sum()), int(values.size), confidence)
-            return low, high, "wilson"
+    in_unit = bool(values.size) and values.min() >= 0 and values.max() <= 1
+    if ci_method == "exact" and in_unit:
         low, high = clopper_pearson_interval(float(values.sum()), int(values.size), confidence)
         return low, high, "exact"
-    if ci_method in ("wilson", "exact") and values.size and values.min() >= 0 and values.max() <= 1:
+    if ci_method == "wilson" and in_unit:
         low, high = wilson_interval(float(values.sum()), int(values.size), confidence)
         return low, high, "wilson"
     low, high = bootstrap_interval(values, confidence, n_resamples, seed)
@@ -156,3 +159,15 @@ def paired_sample_size(
     z_a, z_b = _z(confidence), float(norm.ppf(power))
     root = z_a * math.sqrt(psi) + z_b * math.sqrt(max(psi - delta * delta, 0.0))
     return root * root / (delta * delta)
+
+
+def paired_mean_sample_size(
+    mean_diff: float, sd_diff: float, confidence: float = 0.95, power: float = 0.8
+) -> float:
+    """Paired items for a two-sided test of a mean paired difference (fractional scores): the normal
+    approximation n = ((z_a + z_b) sd / mean)^2 on the raw differences, no cut at 0.5. Infinite
+    when the mean difference is 0."""
+    if mean_diff == 0:
+        return math.inf
+    z_a, z_b = _z(confidence), float(norm.ppf(power))
+    return ((z_a + z_b) * sd_diff / mean_diff) ** 2

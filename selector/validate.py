@@ -56,6 +56,7 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("search.alpha", lambda v: 0 < v < 0.5, "a probability strictly between 0 and 0.5"),
     ("search.round_size", lambda v: v >= 1, "at least 1 item"),
     ("search.prune_margin", lambda v: v >= 0, "0 or more (a fraction: 0.05 = 5%)"),
+    ("search.sibling_margin", lambda v: 0 <= v <= 1, "a fraction in [0, 1] (0.15 = 15 points), or null for off"),
     ("search.workers", lambda v: v >= 1, "at least 1 (or null: as many as the launcher runs at once)"),
     ("measure.load.time_scale", lambda v: v > 0, "a positive factor (0.5 replays twice as fast)"),
     ("measure.load.capacity_start_rps", lambda v: v > 0, "a positive rate in requests/s"),

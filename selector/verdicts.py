@@ -101,3 +101,7 @@ class Selection(StrictModel):
     noise_floor: dict[str, float] = Field(default_factory=dict)  # task -> score spread at no change
     warnings: list[str] = Field(default_factory=list)
     settings: list[SettingChoice] = Field(default_factory=list)  # serving settings compared, per model x precision
+    # What the rule can tell apart at these sizes (selection.power): per task, the chance a variant a
+    # margin below its floor passes, the true accuracy needed to pass, the detectable margin
+    power: list[dict[str, Any]] = Field(default_factory=list)
+    power_note: str = ""  # the sentence shown next to the verdict

@@ -2,7 +2,8 @@
 variant in both, how accuracy, latency, throughput and memory moved, each change against its noise.
 
 Noise (docs/load-testing.md, "Comparing sweeps", states the same):
-- accuracy: the paired 95% interval of the difference over the items both scored (bootstrap) and,
+- accuracy: the paired 95% interval of the difference over the items both scored (the selection's
+  paired_diff: Tango's score interval for 0/1 scores, a betting interval for fractional ones) and,
   where a sweep measured one, its noise floor (measure.noise_floor): a change whose interval holds
   0, or no larger than the noise floor, is noise;
 - a latency percentile: each run's own spread, from its repeated measurements (sigma ~ (p90 - p50) /

@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from selector.report import fmt
-from selector.report.view import mean_accuracy, order_records, task_floor, task_names
+from selector.report.view import ci_label, mean_accuracy, order_records, task_floor, task_names
 from selector.selection import pareto_front
 from selector.records import RunRecord
 from selector.verdicts import Selection
@@ -141,9 +141,9 @@ def accuracy_by_task(records: list[RunRecord], selection: Selection) -> Plot | N
                 _percent_axis(ax.xaxis)
         for ax in axes[len(tasks):]:
             ax.set_visible(False)
-        fig.supxlabel("accuracy (95% CI)", fontsize=9)
+        fig.supxlabel(f"accuracy ({ci_label(selection)})", fontsize=9)
     title = "Accuracy per task"
-    return Plot("plot-accuracy", title, "Each variant's accuracy per task with its 95% confidence interval; "
+    return Plot("plot-accuracy", title, f"Each variant's accuracy per task with its {ci_label(selection)}; "
                 "the dashed line is the policy's floor; ★ marks the recommendation.",
                 _svg(fig, "plot-accuracy", title))
 

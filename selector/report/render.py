@@ -52,6 +52,7 @@ def build_view(records: list[RunRecord], selection: Selection, context: dict[str
         "paired": sections.paired_table(records, selection),
         "sensitivity": sections.dict_table(selection.sensitivity),
         "sample_size": sections.dict_table(selection.sample_size),
+        "power": sections.power_table(selection),
         "noise": sections.noise_table(selection.noise_floor),
         "agreement": sections.agreement_table(records),
         "serving": sections.serving_table(records),

@@ -12,12 +12,14 @@ from typing import Any
 import yaml
 
 from selector.report import fmt
-from selector.report.view import Cell, Table, order_records, task_names, verdicts_by_variant
+from selector.report.view import Cell, Table, ci_label, order_records, task_names, verdicts_by_variant
 from selector.stats_paired import holm
 from selector.records import RunRecord
 from selector.verdicts import Selection
 
-FLAG_ALPHA = 0.05  # family-wise, over the paired table's cells (Holm)
+def flag_alpha(selection: Selection) -> float:
+    """The family-wise level of the paired table's flags (Holm over its cells): the policy's own, 1 - confidence."""
+    return 1 - float(selection.policy.get("confidence") or 0.95)
 
 DEQUANTIZED_NOTE = (
     "The 'full precision' baselines of these models are dequantized GGUF weights "
@@ -40,6 +42,7 @@ def paired_table(records: list[RunRecord], selection: Selection) -> Table | None
     tasks = [t for t in named if any(t in p for _, p in paired)]
     tasks += sorted({t for _, p in paired for t in p} - set(named))
     table = Table(columns=["variant"] + tasks)
+    alpha = flag_alpha(selection)
     cells = [(name, task, by_task[task]) for name, by_task in paired for task in tasks if task in by_task]
     tested = [(key, d.p) for key, d in ((c[:2], c[2]) for c in cells) if d.p is not None]
     adjusted = dict(zip([k for k, _ in tested], holm([p for _, p in tested])))
@@ -51,7 +54,7 @@ def paired_table(records: list[RunRecord], selection: Selection) -> Table | None
                 row.append(Cell(fmt.DASH, "num muted"))
                 continue
             p_holm = adjusted.get((name, task))
-            worse = p_holm is not None and p_holm < FLAG_ALPHA and d.diff < 0
+            worse = p_holm is not None and p_holm < alpha and d.diff < 0
             test = "Wilcoxon" if d.test == "wilcoxon" else "McNemar"
             row.append(Cell(
                 f"{fmt.points(d.diff)} {fmt.diff_ci(d.ci_low, d.ci_high).removesuffix(' pp')}",
@@ -61,11 +64,11 @@ def paired_table(records: list[RunRecord], selection: Selection) -> Table | None
             ))
         table.rows.append(row)
     table.note = (f"Reference: {selection.reference}. Each cell: variant accuracy minus reference accuracy "
-                  "on the same items, with its 95% CI (0/1 scores: Tango's score interval; fractional scores: "
+                  f"on the same items, with its {ci_label(selection)} (0/1 scores: Tango's score interval; fractional scores: "
                   "a betting interval); the test's p (0/1 scores: McNemar's exact; fractional: Wilcoxon's signed-rank "
                   "on the raw scores) and the same p Holm-adjusted over every cell of this table; flips: items "
                   "the reference got right and the variant wrong (↓), and the reverse (↑; fractional scores cut "
-                  f"at 0.5). Marked: significantly worse, Holm-adjusted p < {FLAG_ALPHA:g}.")
+                  f"at 0.5). Marked: significantly worse, Holm-adjusted p < {alpha:g} (1 - policy.confidence).")
     return table
 
 
@@ -81,6 +84,47 @@ def dict_table(rows: list[dict[str, Any]]) -> Table | None:
         table.rows.append([
             Cell(fmt.value(row.get(k)), "num" if isinstance(row.get(k), (int, float)) else "") for k in keys
         ])
+    return table
+
+
+def power_table(selection: Selection) -> Table | None:
+    """Per task, what the rule can tell apart at its size (selection.power): the chance a variant a
+    margin below the floor passes, the true accuracy needed to pass 80% of the time, and under
+    non_inferiority the smallest margin shown for a truly equal variant and the items a margin needs."""
+    rows = selection.power
+    if not rows:
+        return None
+    ni = any("margin" in r for r in rows)
+    floors = any("floor" in r for r in rows)
+    columns = ["task", "items"]
+    columns += ["floor", "a variant this far below passes", "passed 80% of the time from"] if floors else []
+    columns += ["margin", "shown for a truly equal variant from", "identical answers: from",
+                "items the margin needs"] if ni else []
+    table = Table(columns=columns, compact=True)
+    for r in rows:
+        row = [Cell(r["task"]), Cell(str(r["n"]), "num")]
+        if floors:
+            known = "floor" in r
+            row += [Cell(fmt.pct(r["floor"], 0) if known else fmt.DASH, "num"),
+                    Cell(f"{fmt.points(-r['gap']).lstrip('+')}: {fmt.pct(r['passes_below'])}" if known else fmt.DASH,
+                         "num"),
+                    Cell(fmt.pct(r["truth_to_pass"]) if known and r["truth_to_pass"] is not None
+                         else ("cannot pass" if known else fmt.DASH), "num")]  # fmt: skip
+        if ni:
+            flips = f" ({100 * r['discordance']:.0f}% flipping)" if r.get("discordance") is not None else ""
+            row += [Cell(fmt.points(r["margin"]).lstrip("+") if "margin" in r else fmt.DASH, "num"),
+                    Cell(fmt.points(r["detectable"]).lstrip("+") + flips if "margin" in r else fmt.DASH, "num"),
+                    Cell(fmt.points(r["identical"]).lstrip("+") if "margin" in r else fmt.DASH, "num"),
+                    Cell(str(r["needed"]) if r.get("needed") else fmt.DASH, "num")]
+        table.rows.append(row)
+    confidence = float(selection.policy.get("confidence") or 0.95)
+    table.note = (f"Exact for 0/1 scores (every count, or every paired table up to 250 items), through the "
+                  f"intervals and tests the verdict uses, at {confidence:.0%} confidence and 80% power. "
+                  "\"This far below\": the policy's margin (policy.margins, default_margin) under the floor. "
+                  "Non-inferiority: a variant truly equal to the reference, at the winner's share of answers "
+                  "flipping (else 10%); identical answers are the best case. Fractional scores: computed as for "
+                  "0/1 scores (their spread is at most that), and under non-inferiority for identical scores only. "
+                  "See docs/selection.md.")
     return table
 
 
@@ -171,9 +215,12 @@ def search(records: list[RunRecord], context: dict[str, Any]) -> dict[str, Any] 
             why = "every item; " + searched.get(r.name, "judged on the full set")
         table.rows.append([Cell(r.name, "name"), Cell(r.status.replace("_", " "), f"badge {r.status}"),
                            Cell(seen, "num"), Cell(why.removeprefix("stopped early: "), "")])
-    table.note = ("Variants in the order the search took them (smallest planned weight memory first). A stopped "
-                  "variant's floor was out of reach with probability at least 1 - alpha over the item order "
-                  "(an anytime-valid bound); see docs/search.md.")
+    table.note = ("Variants in the order the search took them (smallest planned weight memory first, each model's "
+                  "baseline before its other precisions; under winner_control=fixed_sequence, the size ladder from "
+                  "the largest). A stopped variant's floor was out of reach with probability at least 1 - alpha over "
+                  "the item order (an anytime-valid bound); a variant not needed as the sibling of a baseline far "
+                  "below a floor would have had to gain more than search.sibling_margin on that task; see "
+                  "docs/search.md.")
     width, waves = wave_lines(info)
     seed_line = order_seed_line(info.get("order_seed"), info.get("order_seed_source"))
     return {
@@ -182,7 +229,9 @@ def search(records: list[RunRecord], context: dict[str, Any]) -> dict[str, Any] 
         "waves": waves,
         "notes": [*info.get("notes", []), *([seed_line] if seed_line else [])],
         "line": (f"{saved.get('variants_measured', 0):.0f} of {saved.get('variants', 0):.0f} variants measured, "
-                 f"{saved.get('items_evaluated', 0):.0f} of {saved.get('grid_items', 0):.0f} items scored; the "
+                 f"{saved.get('items_evaluated', 0):.0f} of {saved.get('grid_items', 0):.0f} items scored"
+                 + (f", {saved['siblings_not_needed']:.0f} not needed as siblings of a baseline far below a floor "
+                    "(never converted, quantized or loaded)" if saved.get("siblings_not_needed") else "") + "; the "
                  f"variants took {fmt.seconds(saved.get('spent_s'))} against about "
                  f"{fmt.seconds(saved.get('grid_estimate_s'))} for the full grid (an estimate from this sweep's "
                  "own timings)") if saved else "",

@@ -16,7 +16,7 @@ from rich.text import Text
 from selector.report import fmt
 from selector.selection.measures import PROCESS_PEAK, serving_peak
 from selector.report.view import (
-    best_throughput, order_records, task_floor, task_names, verdict_status, verdicts_by_variant,
+    best_throughput, ci_label, order_records, task_floor, task_names, verdict_status, verdicts_by_variant,
 )
 from selector.records import RunRecord, TaskResult
 from selector.verdicts import Selection, SettingChoice, Verdict
@@ -56,7 +56,7 @@ def render_terminal_summary(records: list[RunRecord], selection: Selection) -> R
     verdicts = verdicts_by_variant(selection)
     floors = [f"{t} {fmt.pct(task_floor(selection, t), 0)}" for t in tasks if task_floor(selection, t) is not None]
     table = RichTable(title="Variants", title_justify="left", header_style="bold",
-                      caption=("accuracy in % [95% CI]; floors: " + ", ".join(floors)) if floors else None,
+                      caption=(f"accuracy in % [{ci_label(selection)}]; floors: " + ", ".join(floors)) if floors else None,
                       caption_justify="left")
     table.add_column("variant", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
@@ -90,6 +90,8 @@ def render_terminal_summary(records: list[RunRecord], selection: Selection) -> R
     else:
         headline.append("No variant meets the policy.", style="bold red")
     body: list[RenderableType] = [headline, Text(selection.summary)]
+    if selection.power_note:
+        body.append(Text(selection.power_note, style="dim"))
     for warning in selection.warnings:
         body.append(Text(f"! {warning}", style="yellow"))
     panel = Panel(Group(*body), title="Recommendation", title_align="left", border_style="blue")

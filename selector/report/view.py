@@ -65,6 +65,11 @@ def mean_accuracy(record: RunRecord, tasks: list[str]) -> float | None:
     return sum(values) / len(values) if values and len(values) == len(tasks) else None
 
 
+def ci_label(selection: Selection) -> str:
+    """'95% CI' at the policy's confidence (the intervals are computed at it)."""
+    return f"{100 * float(selection.policy.get('confidence') or 0.95):g}% CI"
+
+
 def verdicts_by_variant(selection: Selection) -> dict[str, Verdict]:
     return {v.variant: v for v in selection.verdicts}
 
@@ -181,7 +186,7 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
         row.append(Cell("; ".join(reasons), "reasons"))
         table.rows.append(row)
     table.note = (
-        "Accuracy: value [95% CI]; cells below a floor are marked. Serving peak: the most memory the variant "
+        f"Accuracy: value [{ci_label(selection)}]; cells below a floor are marked. Serving peak: the most memory the variant "
         "held from the end of its load through evaluation, latency and load tests (GPU reserved where a GPU was "
         "used, else the process's resident set); policy.max_memory_gb judges it. * marks an older record's "
         "whole-process peak (preparation and the fidelity baseline included). Plan est.: plan's weights + KV "
@@ -258,7 +263,7 @@ def key_numbers(record: RunRecord, reference: RunRecord | None, selection: Selec
         result, floor = record.tasks[task], task_floor(selection, task)
         value, ci = fmt.accuracy_ci(result, verdicts_by_variant(selection).get(record.name)).split(" ", 1)
         floor_text = f"\nfloor {fmt.pct(floor, 0)}" if floor is not None else ""
-        tiles.append({"label": task, "value": value, "sub": f"95% CI {ci.strip('[]')}{floor_text}"})
+        tiles.append({"label": task, "value": value, "sub": f"{ci_label(selection)} {ci.strip('[]')}{floor_text}"})
     return tiles
 
 
@@ -274,5 +279,6 @@ def summary(records: list[RunRecord], selection: Selection) -> dict[str, Any]:
         "text": selection.summary,
         "tiles": key_numbers(winner, reference, selection) if winner else [],
         "warnings": selection.warnings,
+        "power_note": selection.power_note,
         "counts": counts,
     }

@@ -12,9 +12,16 @@ calibration pass). Equal means: within tie_tolerance (relative) of the smallest 
 group, groups formed walking up from the smallest. The tolerance is kept <= the pruning margin, so
 putting a slightly larger unquantized candidate first can never get a smaller one pruned.
 
-Baseline first (`baseline_first`, on when fidelity is measured; not under the fixed sequence, whose
-order is the size ladder): a model's baseline precision moves to just before that model's first
-other candidate, and no sibling starts while its baseline runs. Every sibling's fidelity is measured
+Fixed sequence (`sequence`, policy.winner_control=fixed_sequence): the order is the one the
+selection walks (selection.sequence.ladder_order: parameters, then precision bits, largest first),
+given by the caller, so the search and the selection can never disagree on which variant a failure
+blocks; once a candidate in the sequence fails a floor, the ones after it are not needed. A failure
+of a memory budget or latency limit alone (`Outcome.in_sequence` false) does not stop it.
+
+Baseline first (`baseline_first`: on when fidelity is measured or the sibling rule is on; not under
+the fixed sequence, whose order already puts a model's baseline before its lower precisions): a
+model's baseline precision moves to just before that model's first other candidate, and no sibling
+starts while its baseline runs. Every sibling's fidelity is measured
 against the baseline's reference, which the baseline's own run writes; run after it, a sibling finds
 the reference cached instead of loading the baseline a second time in its preparation process.
 Moving a larger candidate earlier never gets a smaller one pruned; the price is a baseline run that
@@ -26,6 +33,12 @@ whose planned weight exceeds the best measured weight by more than `prune_margin
 The margin covers the plan's error: planned weights were within 1.7% of measured ones
 (docs/scale-out.md), so 5% leaves room. Latency and cost cannot be planned, so nothing is pruned
 under them: every candidate is measured, and only early rejection saves work.
+
+Siblings of a failing baseline (`sibling_margin`): when a model's baseline precision is stopped or
+rejected on a floor with a bound further below it than `sibling_margin` (the most a quantized copy
+gained over its own baseline on any task in this project's measurements, with room: docs/search.md),
+the model's other candidates not yet started are not needed: they would need to gain more than that
+on the same task to pass. None turns it off; `complete` too.
 
 Evidence: after the search, the best candidate's own model at its baseline precision must have
 been evaluated on every item (the report compares the two on the same items); if it was pruned or
@@ -54,11 +67,30 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Shortfall:
+    """How far below a floor a candidate's full-set score on one task lies at best: the anytime bound
+    a stopped candidate was stopped with, or a rejected one's full-set score itself."""
+
+    task: str
+    bound: float  # at most this (at least, for a ceiling) on the full set
+    floor: float
+    higher_is_better: bool = True
+    anytime: bool = True  # False: the full set's score, no bound
+
+    @property
+    def gap(self) -> float:
+        """What the full set would have to gain to reach the floor (a fraction: 0.3 = 30 points)."""
+        return self.floor - self.bound if self.higher_is_better else self.bound - self.floor
+
+
+@dataclass(frozen=True)
 class Outcome:
     status: str  # eligible | rejected | stopped | failed | skipped
     reason: str = ""
     measured: float | None = None  # measured objective; required for eligible
     items: int | None = None  # items evaluated, when the runner reports them
+    in_sequence: bool = True  # False: it fails a measured budget or limit, so the fixed sequence leaves it out
+    shortfall: Shortfall | None = None  # its largest gap to a floor (stopped or rejected), for the sibling rule
 
     def __post_init__(self) -> None:
         if self.status not in ("eligible", "rejected", "stopped", "failed", "skipped"):
@@ -87,6 +119,7 @@ class State:
     items: int = 0
     runs: int = 0  # times materialized (an evidence run after an early stop makes two)
     role: str = "search"
+    pruned_by: str = ""  # why not needed: pruning | sequence | sibling
 
 
 @dataclass
@@ -98,8 +131,9 @@ class SearchDriver:
     first: tuple[str, ...] = ()
     prune_margin: float = 0.05
     tie_tolerance: float = 0.05
-    descending: bool = False  # policy.winner_control=fixed_sequence: largest first, stop below a failure
+    sequence: tuple[str, ...] = ()  # policy.winner_control=fixed_sequence: the selection's order, walked as given
     baseline_first: bool = False  # each model's baseline runs before its other precisions (see above)
+    sibling_margin: float | None = None  # siblings of a baseline missing a floor by more are not needed
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -113,9 +147,12 @@ class SearchDriver:
         if missing:
             raise ValueError(f"first names unknown candidates: {', '.join(missing)}")
         ordered = search_order(pool, self.tie_tolerance)
-        if self.descending:  # the selection's fixed sequence walks down the size ladder: so does the search
-            ordered = sorted(pool, key=lambda c: (-c.planned, c.name))
-        if self.baseline_first and not self.descending:  # the fixed sequence's order is its rule
+        if self.sequence:  # the selection's fixed sequence, exactly: one order for both
+            if sorted(self.sequence) != sorted(self.states):
+                raise ValueError("sequence must name every candidate exactly once")
+            by_name = {c.name: c for c in pool}
+            ordered = [by_name[n] for n in self.sequence]
+        elif self.baseline_first:  # (the fixed sequence's order is its rule)
             ordered = baselines_before_siblings(ordered)
         self.order = tuple(c.name for c in ordered if c.name not in self.first)
         for name in self.first:
@@ -123,6 +160,8 @@ class SearchDriver:
         for state in self.states.values():
             if not state.candidate.available:
                 state.status, state.reason = "skipped", "unavailable"
+        if self.sibling_margin is not None and not 0 <= self.sibling_margin <= 1:
+            raise ValueError(f"sibling_margin is a fraction in [0, 1] (or None), got {self.sibling_margin}")
         self.pruning = self.objective in PRUNABLE_OBJECTIVES and not self.complete and not self.descending
         if self.descending:
             self.notes.append("fixed sequence: largest first; once one fails a floor, the smaller ones cannot be "
@@ -205,8 +244,16 @@ class SearchDriver:
         state.items += outcome.items or 0
         if outcome.status == "eligible" and self.pruning:
             self._prune()
-        if self.descending and outcome.status in ("rejected", "stopped") and not self.complete:
-            self._stop_sequence(name)
+        if outcome.status in ("rejected", "stopped") and state.role != "evidence" and not self.complete:
+            if state.candidate.is_baseline and self.sibling_margin is not None:
+                self._siblings_not_needed(name, outcome.shortfall)
+            if self.descending and outcome.in_sequence:
+                self._stop_sequence(name)
+
+    @property
+    def descending(self) -> bool:
+        """The fixed sequence: largest first, nothing after a failure."""
+        return bool(self.sequence)
 
     @property
     def best(self) -> str | None:
@@ -221,7 +268,7 @@ class SearchDriver:
         for name in self.order:
             state = self.states[name]
             if state.status == "pending" and state.candidate.planned > ceiling:
-                state.status = "pruned"
+                state.status, state.pruned_by = "pruned", "pruning"
                 state.reason = (f"not needed: {best.candidate.name} already meets every floor and is smaller "
                                 f"(planned {_gb(state.candidate.planned)} > {_gb(best.measured)} measured "
                                 f"+ {100 * self.prune_margin:g}%)")  # fmt: skip
@@ -231,9 +278,26 @@ class SearchDriver:
         for name in self.order:
             state = self.states[name]
             if state.status == "pending":
-                state.status = "pruned"
+                state.status, state.pruned_by = "pruned", "sequence"
                 state.reason = (f"not needed: the fixed sequence down the size ladder stopped at {failed}, "
                                 "so no smaller variant can be claimed")  # fmt: skip
+
+    def _siblings_not_needed(self, baseline: str, shortfall: Shortfall | None) -> None:
+        """The model's candidates not yet started, when its baseline misses a floor by more than a
+        quantized copy can plausibly gain (sibling_margin)."""
+        if shortfall is None or shortfall.gap <= self.sibling_margin + 1e-12:  # type: ignore[operator]
+            return
+        model = self.states[baseline].candidate.model
+        most = "at most" if shortfall.higher_is_better else "at least"
+        how = "anytime bound" if shortfall.anytime else "all items scored"
+        sign = "+" if shortfall.higher_is_better else "-"
+        for name in self.order:
+            state = self.states[name]
+            if state.status == "pending" and state.candidate.model == model and not state.candidate.is_baseline:
+                state.status, state.pruned_by = "pruned", "sibling"
+                state.reason = (f"not needed: {baseline} is {most} {100 * shortfall.bound:.1f}% on {shortfall.task} "
+                                f"({how}); a quantized copy would need {sign}{100 * shortfall.gap:.1f} points "
+                                f"(more than search.sibling_margin, {100 * self.sibling_margin:g} points)")  # type: ignore[operator]
 
     def _evidence_needed(self) -> str | None:
         """The best candidate's baseline, when it has not seen every item; None otherwise."""
@@ -274,6 +338,7 @@ class SearchDriver:
             "materialized": sum(s.runs for s in states),
             "items": sum(s.items for s in states),
             **{status: sum(s.status == status for s in states) for status in STATUSES},
+            "siblings_not_needed": sum(s.status == "pruned" and s.pruned_by == "sibling" for s in states),
         }
 
 

@@ -59,6 +59,7 @@ class Decision:
     level: float  # simultaneous confidence of the bound over all looks; 1.0 when certain
     n_seen: int
     reason: str  # one line for people
+    floor: float | None = None  # the policy's floor (a ceiling when lower is better); None for a margin
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ class FloorTest:
 
     def _decision(self, reject, certain, bound, level, n, y, why="") -> Decision:
         reason = why or self._sentence(reject, certain, bound, level, n, y)
-        return Decision(self.task, reject, certain, bound, level, n, f"{self.task}: {reason}")
+        floor = self.limit if self.kind == "floor" else None
+        return Decision(self.task, reject, certain, bound, level, n, f"{self.task}: {reason}", floor)
 
     def _sentence(self, reject: bool, certain: bool, bound: float, level: float, n: int, y: np.ndarray) -> str:
         higher = self.higher_is_better
@@ -238,7 +240,7 @@ class VariantStopper:
 
 def floor_tests(
     *, rule: str, floors: Mapping[str, float], tasks: Mapping[str, TaskSpec], alpha: float, round_size: int,
-    confidence: float = 0.95, ci_method: str = "wilson", margins: Mapping[str, float] | None = None,
+    confidence: float = 0.95, ci_method: str = "exact", margins: Mapping[str, float] | None = None,
     default_margin: float = 0.05, non_inferiority_tasks: Iterable[str] | None = None, spending: str = "pocock",
 ) -> VariantStopper:  # fmt: skip
     """The tests of one variant under a policy's rule, with alpha split evenly across them.

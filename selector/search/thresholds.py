@@ -8,7 +8,8 @@ implies m_N >= t (a ceiling m_N <= t when lower is better):
 - lower_bound, Wilson (for fractional scores too, as selector.stats.mean_interval judges them):
   the full-set Wilson lower bound grows with m_N, so pass <=> m_N >= t with t the least full-set
   mean whose bound clears the floor (k/N for 0/1 scores: exact).
-- lower_bound, exact (Clopper-Pearson for 0/1 scores): the same search with that interval.
+- lower_bound, exact (Clopper-Pearson on the score sum, for 0/1 and fractional scores alike): the
+  same search with that interval.
 - lower_bound, bootstrap: no exact map; the percentile interval's low end lies below the point
   estimate (it does whenever more than alpha/2 of the resampled means do, around half of them on
   any realistic eval set), so m_N < floor already fails: t = floor (conservative).
@@ -62,14 +63,13 @@ def wilson_threshold(floor: float, n_total: int, confidence: float, higher_is_be
 
 def full_set_threshold(
     rule: str, floor: float, n_total: int, *, higher_is_better: bool = True, binary: bool = True,
-    confidence: float = 0.95, ci_method: str = "wilson",
+    confidence: float = 0.95, ci_method: str = "exact",
 ) -> float:  # fmt: skip
     """Threshold on the full-set mean for an accuracy floor under `rule` (see the module doc)."""
     if rule == "lower_bound" and ci_method == "wilson":
         return wilson_threshold(floor, n_total, confidence, higher_is_better, binary)
-    if rule == "lower_bound" and ci_method == "exact":  # Clopper-Pearson, Wilson for fractional scores
-        interval = clopper_pearson_interval if binary else wilson_interval
-        return wilson_threshold(floor, n_total, confidence, higher_is_better, binary, interval)
+    if rule == "lower_bound" and ci_method == "exact":  # Clopper-Pearson, as selector.stats.mean_interval
+        return wilson_threshold(floor, n_total, confidence, higher_is_better, binary, clopper_pearson_interval)
     if rule in ("point", "lower_bound", "non_inferiority"):  # non_inferiority's floors are point checks
         return point_threshold(floor, n_total, higher_is_better, binary)
     raise ValueError(f"unknown rule {rule!r}")

@@ -11,10 +11,10 @@ import numpy as np
 
 from selector.config import PolicyConfig
 from selector.selection.checks import effective_floors
-from selector.selection.evidence import RIGHT_THRESHOLD, Evidence
+from selector.selection.evidence import Evidence, is_binary
 from selector.selection.ranking import Ranking, rank
 from selector.selection.partial import runner_up_unknown, unknown_reason
-from selector.stats import paired_sample_size, two_proportion_sample_size
+from selector.stats import paired_mean_sample_size, paired_sample_size, two_proportion_sample_size
 from selector.records import RunRecord
 
 ALL_FLOORS = "all floors"
@@ -54,7 +54,7 @@ def sensitivity(
 
     def row(task: str, delta: float, moved: PolicyConfig, floor: float | None) -> dict[str, Any]:
         winner = rank(evidence, moved, tasks, reference, objectives, sequence).winner
-        unknown = unknown_reason(records or [], delta, baseline, winner)
+        unknown = unknown_reason(records or [], delta, baseline, winner, policy.objective)
         if unknown:
             return {"task": task, "delta": delta, "floor": floor, "winner": None, "changed": False, "note": unknown}
         return {"task": task, "delta": delta, "floor": floor, "winner": winner,
@@ -98,16 +98,17 @@ def runner_up(evidence: dict[str, Evidence], ranking: Ranking) -> str | None:
 
 def sample_size_advice(
     evidence: dict[str, Evidence], ranking: Ranking, confidence: float, power: float = 0.8,
-    records: list[RunRecord] | None = None,
+    records: list[RunRecord] | None = None, objective: str = "weight_memory",
 ) -> list[dict[str, Any]]:
     """Per task: items needed to tell the winner from the runner-up at `confidence` with `power`.
 
-    Paired (McNemar, from the observed discordance) when the two share item ids, else the
-    two-proportion formula from their accuracies. needed is None when they are indistinguishable.
-    When the search stopped a variant just below the winner early, one row says it cannot be
-    computed (selection.partial)."""
+    Paired when the two share item ids: 0/1 scores by McNemar's formula from the observed
+    discordance (Connor 1987); fractional scores by the paired mean difference and the spread of
+    the raw differences (no cut at 0.5). Else the two-proportion formula from their accuracies.
+    needed is None when they are indistinguishable. When the search stopped a variant that might be
+    the real runner-up early, one row says it cannot be computed (selection.partial)."""
     winner, other = ranking.winner, runner_up(evidence, ranking)
-    missing = runner_up_unknown(records or [], winner, other)
+    missing = runner_up_unknown(records or [], winner, other, objective)
     if missing:
         return [{"variant": winner, "versus": None, "needed": None, "note": f"cannot be computed: {missing}"}]
     if winner is None or other is None:
@@ -118,10 +119,17 @@ def sample_size_advice(
         ta, tb = a.tasks[task], b.tasks[task]
         shared = sorted(ta.item_scores.keys() & tb.item_scores.keys())
         if shared:
-            ra = np.array([ta.item_scores[i] for i in shared]) >= RIGHT_THRESHOLD
-            rb = np.array([tb.item_scores[i] for i in shared]) >= RIGHT_THRESHOLD
-            p10, p01 = float(np.mean(ra & ~rb)), float(np.mean(~ra & rb))
-            needed, n_now, method = paired_sample_size(p10, p01, confidence, power), len(shared), "paired"
+            va = np.array([ta.item_scores[i] for i in shared])
+            vb = np.array([tb.item_scores[i] for i in shared])
+            if is_binary(ta) and is_binary(tb) and np.all(np.isin(va, (0, 1))) and np.all(np.isin(vb, (0, 1))):
+                p10, p01 = float(np.mean((va == 1) & (vb == 0))), float(np.mean((va == 0) & (vb == 1)))
+                needed, method = paired_sample_size(p10, p01, confidence, power), "paired"
+            else:
+                d = va - vb
+                needed = paired_mean_sample_size(float(d.mean()), float(d.std(ddof=1)) if d.size > 1 else 0.0,
+                                                 confidence, power)  # fmt: skip
+                method = "paired (mean difference)"
+            n_now = len(shared)
         else:
             needed = two_proportion_sample_size(ta.value, tb.value, confidence, power)
             n_now, method = min(ta.n, tb.n), "two-proportion"

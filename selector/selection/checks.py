@@ -15,6 +15,7 @@ from selector.selection.measures import (
     serving_peak,
     weight_gb,
 )
+from selector.records import RunRecord
 from selector.stats_paired import noninferiority_exact_p
 from selector.verdicts import Check
 
@@ -183,17 +184,30 @@ def build_checks(
         for task in sorted(reference.record.tasks):  # what the reference measured is the yardstick
             margin = policy.margins.get(task, policy.default_margin)
             checks.append(non_inferiority_check(ev, task, margin, reference.name, policy.confidence))
+    return checks + measured_checks(ev.record, policy)
+
+
+def measured_checks(record: RunRecord, policy: PolicyConfig) -> list[Check]:
+    """The memory budgets and latency limits: measurements of the variant, not hypotheses about its
+    accuracy (the fixed sequence tests only the latter, selection.sequence)."""
+    checks = []
     if policy.max_weight_gb is not None:
-        checks.append(budget_check("max_weight_gb", "weight", weight_gb(ev.record),
+        checks.append(budget_check("max_weight_gb", "weight", weight_gb(record),
                                    policy.max_weight_gb, "GB", 2))  # fmt: skip
     if policy.max_memory_gb is not None:
-        label = "process peak (older record)" if serving_peak(ev.record)[1] == PROCESS_PEAK else "serving peak"
-        checks.append(budget_check("max_memory_gb", label, peak_memory_gb(ev.record),
+        label = "process peak (older record)" if serving_peak(record)[1] == PROCESS_PEAK else "serving peak"
+        checks.append(budget_check("max_memory_gb", label, peak_memory_gb(record),
                                    policy.max_memory_gb, "GB", 2))  # fmt: skip
     for key, limit in sorted(policy.latency_limits.items()):
-        value = latency_value(ev.record, parse_latency_key(key))
+        value = latency_value(record, parse_latency_key(key))
         checks.append(budget_check(f"latency:{key}", key, value, limit, "ms", 0))
     return checks
+
+
+def is_hypothesis(check: Check) -> bool:
+    """An accuracy floor or a non-inferiority margin: a claim about the variant's accuracy that the
+    policy's level controls (and the fixed sequence walks), as opposed to a measured constraint."""
+    return check.name.startswith(("accuracy:", "non_inferiority:"))
 
 
 def check_task(check: Check) -> str | None:

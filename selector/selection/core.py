@@ -10,7 +10,8 @@ from selector.config import PolicyConfig
 from selector.errors import ConfigError
 from selector.selection.analysis import pareto_front, sample_size_advice, sensitivity
 from selector.selection.checks import validate_policy
-from selector.selection.evidence import Evidence, gather, paired_diff
+from selector.selection import power
+from selector.selection.evidence import Evidence, gather, is_binary, paired_diff
 from selector.selection.settings import choose_settings
 from selector.selection.measures import e2e_p50_ms, weight_gb
 from selector.selection.precision import pick_baseline, pick_reference
@@ -44,7 +45,7 @@ def select(
     reference = evidence.get(reference_record.name) if reference_record else None
     tasks = sorted({task for ev in evidence.values() for task in ev.record.tasks})
     objectives = {name: objective_value(ev.record, policy) for name, ev in evidence.items()}
-    sequence = ladder(records)
+    sequence = ladder(records, policy)
     ranking = rank(evidence, policy, tasks, reference, objectives, sequence)
     noise = _noise_floor(records, noise_floor)
     sens = sensitivity(evidence, policy, tasks, reference, objectives, sequence=sequence, records=records)
@@ -57,11 +58,29 @@ def select(
         verdicts=_verdicts(records, evidence, ranking, policy),
         pareto=_pareto(evidence),
         sensitivity=sens,
-        sample_size=sample_size_advice(evidence, ranking, policy.confidence, records=records),
+        sample_size=sample_size_advice(evidence, ranking, policy.confidence, records=records,
+                                       objective=policy.objective),
         noise_floor=noise,
         warnings=warnings + collect_warnings(records, evidence, ranking, policy, reference, noise, sens),
         settings=choose_settings(records, policy),
+        power=(table := _power(evidence, ranking.winner, policy)),
+        power_note=power.verdict_note(policy, table),
     )
+
+
+def _power(evidence: dict[str, Evidence], winner: str | None, policy: PolicyConfig) -> list[dict]:
+    """What the rule can tell apart at the sizes of the winner's tasks (else the largest measured),
+    under non_inferiority at the winner's own share of answers flipping against the reference."""
+    sizes: dict[str, tuple[int, bool, bool]] = {}
+    for ev in sorted(evidence.values(), key=lambda ev: ev.name != winner):
+        for task, result in ev.record.tasks.items():
+            if task not in sizes or (ev.name != winner and result.n > sizes[task][0]):
+                sizes[task] = (result.n, is_binary(result), result.higher_is_better)
+        if ev.name == winner:
+            break
+    flips = {task: round((d.flips_to_wrong + d.flips_to_right) / d.n, 2)
+             for task, d in (evidence[winner].paired.items() if winner else []) if d.method == "tango" and d.n}
+    return power.rows(policy, sizes, flips)
 
 
 def _dedupe(records: list[RunRecord]) -> tuple[list[RunRecord], list[str]]:

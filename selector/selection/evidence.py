@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from selector.config import PolicyConfig
-from selector.stats import mean_interval, newcombe_diff_interval, wilson_interval
+from selector.stats import clopper_pearson_interval, mean_interval, newcombe_diff_interval, wilson_interval
 from selector.stats_paired import paired_binary, paired_fractional
 from selector.records import RunRecord, TaskResult
 from selector.verdicts import PairedDiff
@@ -22,7 +22,7 @@ RIGHT_THRESHOLD = 0.5  # a fractional score counts as "right" in the flip counts
 class Interval:
     low: float
     high: float
-    method: str  # what produced it: wilson | bootstrap | stored
+    method: str  # what produced it: exact | wilson | bootstrap | stored
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def is_binary(result: TaskResult) -> bool:
     except UnknownNameError:
         if result.item_scores:
             return all(s in (0.0, 1.0) for s in result.item_scores.values())
-        return result.ci_method == "wilson"
+        return result.ci_method in ("wilson", "exact")
 
 
 def task_interval(
@@ -73,16 +73,18 @@ def task_interval(
 ) -> Interval:
     """The task's interval at the policy's confidence, recomputed so every variant is judged alike,
     by the one rule the evaluation and the report use too (selector.stats.mean_interval). Without
-    per-item scores: Wilson for a 0/1 metric (the selection warns when ci_method=bootstrap asked for
-    more), else the interval stored in the TaskResult."""
-    binary = is_binary(result)  # without item scores only a 0/1 metric's interval can be rebuilt
+    per-item scores it is rebuilt from the mean and n where the method allows it (exact and Wilson
+    read only the sum; the bootstrap falls back to Wilson for a 0/1 metric, and the selection warns),
+    else the interval stored in the TaskResult is kept."""
+    binary = is_binary(result)
     if result.item_scores:
         low, high, used = mean_interval(list(result.item_scores.values()), binary, confidence, method,
                                         n_resamples, seed)  # fmt: skip
         return Interval(low, high, used)
-    if binary and result.n > 0 and 0.0 <= result.value <= 1.0:  # bootstrap impossible: Wilson, warned
-        low, high = wilson_interval(result.value * result.n, result.n, confidence)
-        return Interval(low, high, "wilson")
+    if result.n > 0 and 0.0 <= result.value <= 1.0 and (binary or method != "bootstrap"):
+        interval = clopper_pearson_interval if method == "exact" else wilson_interval
+        low, high = interval(result.value * result.n, result.n, confidence)
+        return Interval(low, high, "exact" if method == "exact" else "wilson")
     return Interval(result.ci_low, result.ci_high, "stored")
 
 

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from selector.config import PolicyConfig
-from selector.selection.checks import build_checks
+from selector.selection.checks import build_checks, is_hypothesis
 from selector.selection.cost import cost_at_traffic, money
 from selector.selection.evidence import Evidence
 from selector.selection.settings import setting_rank, shared_objectives
@@ -72,10 +72,13 @@ def rank(
     sequence: list[str] | None = None,
 ) -> Ranking:
     """sequence: the size ladder (selection.sequence.ladder) when policy.winner_control is
-    fixed_sequence; variants that pass below its first failure are blocked with a check saying so."""
+    fixed_sequence; variants that pass below its first failure are blocked with a check saying so.
+    The walk tests the floors and margins only (a stopped variant, with no checks, fails them): a
+    budget or limit is a measurement, and a variant failing one is not in the sequence at all."""
     checks = {name: build_checks(ev, policy, tasks, reference) for name, ev in evidence.items()}
     if policy.winner_control == "fixed_sequence" and sequence is not None:
-        passes = {name: all(c.passed for c in checks.get(name, [])) and name in checks for name in sequence}
+        passes = {name: name in checks and all(c.passed for c in checks[name] if is_hypothesis(c))
+                  for name in sequence}  # fmt: skip
         claimed, stopped_at = walk(sequence, passes)
         for name in checks:
             if stopped_at is not None and name not in claimed and passes.get(name, False):

@@ -14,6 +14,7 @@ The grid scores every item of a task in one call, which batches best.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +23,10 @@ from typing import Any
 from filelock import FileLock
 
 from selector.records import SampleRecord, SearchInfo
+from selector.tasks.metrics import InvalidScoreError, check_score
 
 Evaluate = Callable[[Any, list[str]], list[SampleRecord]]  # (task, item ids) -> scored samples
+log = logging.getLogger("selector.sweep.evaluation")
 
 
 class ItemStore:
@@ -38,10 +41,16 @@ class ItemStore:
         if not path.exists():
             return {}
         found = {}
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             try:
-                record = SampleRecord.model_validate(json.loads(line))
+                data = json.loads(line)
             except ValueError:  # a line cut short by a crash: that item is scored again
+                continue
+            try:
+                record = SampleRecord.model_validate(data)
+                check_score(record.score, task, record.id, "stored")
+            except (ValueError, InvalidScoreError) as e:  # written by an older version (a NaN stored as null)
+                log.warning("%s:%d: not a scored item (%s); it is scored again", path, number, str(e).splitlines()[0])
                 continue
             found[record.id] = record
         return found
@@ -49,6 +58,8 @@ class ItemStore:
     def append(self, task: str, records: list[SampleRecord]) -> None:
         if not records:
             return
+        for r in records:  # nothing that is not a score is ever written (selector.tasks.metrics.check_score)
+            check_score(r.score, task, r.id, "stored")
         self.dir.mkdir(parents=True, exist_ok=True)
         with self.lock, (self.dir / f"{task}.jsonl").open("a", encoding="utf-8") as out:
             out.write("".join(r.model_dump_json() + "\n" for r in records))
@@ -131,7 +142,11 @@ def run(tasks: list[Any], store: ItemStore, evaluate: Evaluate, *, seed: int, ro
             wanted = ids[:look]
             missing = [i for i in wanted if i not in seen[name]]
             if missing:
-                fresh = evaluate(by_name[name], missing)
+                try:
+                    fresh = evaluate(by_name[name], missing)
+                except InvalidScoreError as e:  # the variant fails; the items scored before stay stored
+                    store.append(name, e.kept)
+                    raise
                 store.append(name, fresh)
                 seen[name].update((r.id, r) for r in fresh)
             used[name] = len(wanted)
@@ -148,6 +163,7 @@ def run(tasks: list[Any], store: ItemStore, evaluate: Evaluate, *, seed: int, ro
                       order_seed=seed)
     if decision is not None:
         info.stopped_by, info.task, info.bound, info.level = decision.reason, decision.task, decision.bound, decision.level
+        info.floor = decision.floor
     return Outcome(samples, info, decision)
 
 

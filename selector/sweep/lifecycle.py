@@ -93,18 +93,21 @@ class Sweep:
         the records are judged by the final selection and the variants that cannot win are pruned."""
         from selector.compose import config_from_dict
         from selector.search.driver import SearchDriver
-        from selector.sweep.outcomes import candidates, outcomes
+        from selector.sweep.outcomes import candidates, fixed_sequence, outcomes
 
         by_name = {v.name: job for v, job in zip(state.variants, jobs)}
         cfg = config_from_dict(state.config or {})
         if width.hint:
             log.warning("%s: %s", width.source, width.hint)
         first = (state.reference,) if cfg.policy.rule == "non_inferiority" and state.reference else ()
+        fixed = cfg.policy.winner_control == "fixed_sequence"
+        siblings = search.get("sibling_margin", cfg.search.sibling_margin)
         driver = SearchDriver(candidates(state.variants), workers=width.workers, objective=cfg.policy.objective,
                               complete=bool(search.get("complete")), first=first,
                               prune_margin=float(search.get("prune_margin", 0.05)),
-                              descending=cfg.policy.winner_control == "fixed_sequence",
-                              baseline_first=bool(cfg.measure.fidelity))
+                              sequence=tuple(fixed_sequence(state.variants)) if fixed else (),
+                              baseline_first=bool(cfg.measure.fidelity) or siblings is not None,
+                              sibling_margin=None if siblings is None else float(siblings))
         log.info("adaptive search over %d variants, %d at a time (%s), in this order: %s", len(state.variants),
                  driver.workers, width.source, ", ".join(driver.order))
         results, index, waves = [], 0, []

@@ -148,6 +148,7 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     adhoc.check_distinct_names(planned)
     check_reference(planned, origins[0])
     policy_notices(planned[0].cfg, notices)
+    power_notices(planned[0].cfg)
     check_load(planned[0].cfg, origins[0])
     check_compare_to(planned[0].cfg)
     experiment = planned[0].cfg.experiment
@@ -212,6 +213,23 @@ def policy_notices(cfg: SelectorConfig, notices: list[str]) -> list[str]:
     for notice in notices:
         logging.getLogger("selector.sweep.preflight").warning(notice)
     return notices
+
+
+def power_notices(cfg: SelectorConfig) -> list[str]:
+    """Warn before anything loads when the policy's rule cannot be met at the eval set's size, or only
+    with low power (selection.power: a non-inferiority margin no truly equal variant can be shown
+    within, a floor no result can pass), with the margin that can be shown and the items needed. A
+    warning, not an error: the sweep's measurements stand, and the report carries the same figures."""
+    import logging
+
+    from selector.selection.power import preflight_lines
+    from selector.tasks import get_metric
+
+    tasks = {t.name: (len(t.items), get_metric(t.metric).binary) for t in load_tasks(cfg)[0]}
+    lines = preflight_lines(cfg.policy, tasks)
+    for line in lines:
+        logging.getLogger("selector.sweep.preflight").warning(line)
+    return lines
 
 
 def check_load(cfg: SelectorConfig, origin: Origin) -> None:

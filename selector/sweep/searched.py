@@ -70,14 +70,18 @@ def savings(records: list[RunRecord], state: SweepState) -> dict[str, float]:
                 grid += per_byte * bytes_of.get(r.name, 0.0)
     items_evaluated = sum(r.search.items_evaluated for r in measured if r.search)
     grid_items = total_items + per_variant_items * sum(r.status == "not_needed" for r in records)
+    siblings = (state.search.counts or {}).get("siblings_not_needed", 0) if state.search else 0
     return {"items_evaluated": float(items_evaluated), "grid_items": float(grid_items),
             "variants_measured": float(len(measured)), "variants": float(len(records)),
-            "spent_s": spent, "grid_estimate_s": grid}
+            "spent_s": spent, "grid_estimate_s": grid, "siblings_not_needed": float(siblings)}
 
 
 def summary_line(savings_: dict[str, float]) -> str:
     s = savings_
+    siblings = s.get("siblings_not_needed", 0)
+    skipped = (f"; {siblings:.0f} not needed as siblings of a baseline far below a floor (never converted, quantized "
+               "or loaded)" if siblings else "")
     return (f"adaptive search: {s['variants_measured']:.0f} of {s['variants']:.0f} variants measured, "
-            f"{s['items_evaluated']:.0f} of {s['grid_items']:.0f} items scored; variants took "
+            f"{s['items_evaluated']:.0f} of {s['grid_items']:.0f} items scored{skipped}; variants took "
             f"{s['spent_s'] / 60:.1f} min against about {s['grid_estimate_s'] / 60:.1f} min for the full grid "
             "(estimated from this sweep's own timings)")

@@ -11,7 +11,7 @@ from typing import Any
 from selector.engines.base import Evaluator, GenerationRequest, LoglikelihoodRequest, Progress
 from selector.stats import mean_interval
 from selector.tasks.task import Task
-from selector.tasks.metrics import ScoreInput, get_metric, pick_choice
+from selector.tasks.metrics import InvalidScoreError, ScoreInput, check_score, get_metric, pick_choice
 from selector.tasks.prompts import build_requests, resolve_style
 from selector.records import SampleRecord, TaskResult
 
@@ -24,7 +24,7 @@ def evaluate_task(
     confidence: float = 0.95,
     on_sample: Callable[[SampleRecord], None] | None = None,
     progress: Progress | None = None,
-    ci_method: str = "wilson",
+    ci_method: str = "exact",
 ) -> tuple[TaskResult, list[SampleRecord]]:
     """Score every item of `task`. The whole task goes to the engine in one call, so it batches;
     `progress` is called with the number of items just finished."""
@@ -43,13 +43,17 @@ def evaluate_task(
     scored = metric.score_batch(inputs, task.metric_args)
     records = []
     for item, prompt, out, extra, score in zip(task.items, prompts, outputs, extras, scored):
+        try:
+            value = check_score(score.value, task.name, item.id, task.metric)
+        except InvalidScoreError as e:
+            raise InvalidScoreError(e.task, e.item, e.metric, e.value, kept=records) from None
         record = SampleRecord(
             task=task.name,
             id=item.id,
             prompt=engine.render(prompt),
             output=out,
             target=item.targets[style],
-            score=score.value,
+            score=value,
             extra={"style": style, **extra, **score.detail},
         )
         records.append(record)
@@ -60,10 +64,10 @@ def evaluate_task(
 
 
 def summarize(task: Task, item_scores: dict[str, float], confidence: float = 0.95,
-              ci_method: str = "wilson") -> TaskResult:
+              ci_method: str = "exact") -> TaskResult:
     """A task's result over the items scored so far (all of them, or the prefix an adaptive search
     evaluated): the mean with the interval the selection uses too (selector.stats.mean_interval:
-    Wilson, or the bootstrap with ci_method=bootstrap)."""
+    Clopper-Pearson by default, Wilson or the bootstrap when ci_method says so)."""
     metric = get_metric(task.metric)
     values = list(item_scores.values())
     n = len(values)

@@ -1,8 +1,9 @@
 """Metrics: how one model output is scored against its gold answer.
 
-Each metric declares whether a higher score is better and whether it is binary (0/1 per item:
-Wilson intervals) or graded (bootstrap intervals), which `metric_args` it accepts with their
-defaults, and what it needs from every row (checked when the eval set loads, before any model).
+Each metric declares whether a higher score is better and whether it is binary (0/1 per item) or
+graded (in [0, 1]; the interval is the policy's ci_method either way, selector.stats.mean_interval),
+which `metric_args` it accepts with their defaults, and what it needs from every row (checked when
+the eval set loads, before any model). Every score must be a number in [0, 1] (`check_score`).
 All are implemented here in a few lines each: Hugging Face `evaluate` loads its metrics from the
 hub, which this tool must not need.
 """
@@ -14,6 +15,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from numbers import Real
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,11 +79,34 @@ class Metric:
         return args
 
     def score_batch(self, inputs: Sequence[ScoreInput], args: Mapping[str, Any]) -> list[Scored]:
+        """One Scored per input, the value as the metric returned it: check_score says whether it is
+        a score (the caller knows the task and the item, for the error)."""
         out = []
         for one in inputs:
             result = self.score(one, args)
-            out.append(result if isinstance(result, Scored) else Scored(float(result)))
+            out.append(result if isinstance(result, Scored) else Scored(result))  # type: ignore[arg-type]
         return out
+
+
+class InvalidScoreError(ValueError):
+    """A metric returned something that is not a number in [0, 1] for one item. `kept`: the items of
+    the same call that were scored properly, so the caller can store them before failing."""
+
+    def __init__(self, task: str, item: str, metric: str, value: Any, kept: Sequence[Any] = ()) -> None:
+        self.task, self.item, self.metric, self.value, self.kept = task, item, metric, value, list(kept)
+        super().__init__(f"task {task!r}, item {item!r}: metric {metric!r} returned {value!r}, and a score must be "
+                         "a number in [0, 1]; the items scored before it are kept")
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]  # crosses process boundaries
+        return (type(self), (self.task, self.item, self.metric, self.value))
+
+
+def check_score(value: Any, task: str, item: str, metric: str) -> float:
+    """The score as a float, or InvalidScoreError: NaN, None, infinities, strings and anything outside
+    [0, 1] would poison the task's mean, its interval and the early stop (issue 36, point 7)."""
+    if not isinstance(value, Real) or not math.isfinite(float(value)) or not 0.0 <= float(value) <= 1.0:
+        raise InvalidScoreError(task, item, metric, value)
+    return float(value)
 
 
 # ---- text normalisation ----

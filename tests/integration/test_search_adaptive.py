@@ -24,9 +24,11 @@ def _records(out: Path) -> dict[str, dict]:  # type: ignore[type-arg]
 
 
 def test_pruning_and_the_evidence_wave(tiny_setup: dict[str, Path]) -> None:
-    # fidelity off: with it bf16, tiny's baseline, would run first (tests/integration/test_memory_phases.py)
+    # fidelity and the sibling rule off: with either, bf16, tiny's baseline, would run first
+    # (tests/integration/test_memory_phases.py, test_a_baseline_far_below_a_floor_spares_its_siblings)
     result = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16,int8", *TWO_TASKS, "evalset.limit=12",
-                          "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.0", "measure.fidelity=false")
+                          "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.0", "measure.fidelity=false",
+                          "search.sibling_margin=null")
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(tiny_setup["out"])
     # int8 plans smallest, meets every floor: fp32 is not needed; bf16 (tiny's baseline) runs in full as evidence.
@@ -101,6 +103,7 @@ def test_bad_search_settings_stop_before_anything_loads(tiny_setup: dict[str, Pa
         "search.alpha=0": "field 'search.alpha' must be a probability strictly between 0 and 0.5",
         "search.complete=maybe": "cannot apply search.complete=maybe: Value 'maybe' is not a valid bool",
         "search.strategy=random": "field 'search.strategy' must be adaptive or grid",
+        "search.sibling_margin=15": "field 'search.sibling_margin' must be a fraction in [0, 1]",
     }
     for override, expected in cases.items():
         result = run_selector(tiny_setup, "model=tiny", "precision=bf16", override)
@@ -121,3 +124,20 @@ def test_fixed_sequence_runs_largest_first_and_leaves_out_what_falls_below_a_fai
     assert "fixed sequence down the size ladder stopped at tiny/fp32" in records["tiny/int8"]["reason"]
     state = json.loads(next((tiny_setup["out"] / "sweeps").glob("*/sweep.json")).read_text())
     assert state["search"]["order"] == ["tiny/fp32", "tiny/bf16", "tiny/int8"]
+
+
+def test_a_baseline_far_below_a_floor_spares_its_siblings(tiny_setup: dict[str, Path]) -> None:
+    """Issue 34: tiny's bf16 is stopped far below a 90% arithmetic floor, so its int8 copy is never
+    loaded: recorded not needed with the bound, and said so on the console and the parent run."""
+    result = run_selector(tiny_setup, "model=tiny", "precision=bf16,int8", *TWO_TASKS, "evalset.limit=24",
+                          "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.9")
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = _records(tiny_setup["out"])
+    assert {n: r["status"] for n, r in records.items()} == {"tiny/bf16": "stopped", "tiny/int8": "not_needed"}
+    reason = records["tiny/int8"]["reason"]
+    assert reason.startswith("not needed: tiny/bf16 is at most ") and " on arithmetic (anytime bound); a quantized " \
+        "copy would need +" in reason, reason
+    assert "1 not needed as siblings of a baseline far below a floor" in result.stdout
+    parents, children = mlflow_runs(tiny_setup["out"])
+    assert [c.info.run_name for c in children] == ["tiny/bf16"]  # nothing ran for int8
+    assert parents[0].data.metrics["search/siblings_not_needed"] == 1

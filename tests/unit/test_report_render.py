@@ -264,3 +264,26 @@ def test_search_section_lists_the_waves_escaped(tmp_path: Path) -> None:
     assert f"wave 2 (evidence, 20 s): {names[2]}|{XSS}" in text
     assert f"- wave 1 (search, 41 s): {md_text(names[0])}, {md_text(names[1])}\n" in md
     assert f"- wave 2 (evidence, 20 s): {md_text(names[2] + '|' + XSS)}\n" in md
+
+
+def test_the_verdict_carries_what_the_eval_set_can_tell_apart(sample_report) -> None:  # type: ignore[no-untyped-def]
+    """Issue 36, points 3 and 4: next to the verdict, the chance a variant a margin below a floor
+    would have passed at this size; in the statistics, the same per task."""
+    paths, (_, selection, _) = sample_report
+    assert selection.power_note and selection.power
+    html, md = paths["html"].read_text(), paths["md"].read_text()
+    recommendation = html[html.index('id="recommendation"'):html.index('id="variants"')]
+    assert 'id="power-note"' in recommendation and "below a floor would pass it with probability" in recommendation
+    assert 'id="power"' in html and "### What this eval set can tell apart" in md
+    assert md.index("would pass it with probability") < md.index("## All variants")
+
+
+def test_a_sibling_not_needed_is_counted_in_the_search_line(tmp_path: Path) -> None:
+    records, selection, context = sample_sweep()
+    context["search"] = {"strategy": "adaptive", "order": [r.name for r in records], "first": [], "verdicts": [],
+                         "notes": [], "waves": [],
+                         "savings": {"variants_measured": 1, "variants": len(records), "items_evaluated": 10,
+                                     "grid_items": 20, "spent_s": 60.0, "grid_estimate_s": 120.0,
+                                     "siblings_not_needed": 2}}
+    md = write_report(records, selection, context, tmp_path)["md"].read_text()
+    assert "2 not needed as siblings of a baseline far below a floor (never converted, quantized or loaded)" in md

@@ -182,8 +182,9 @@ def test_fixed_sequence_runs_largest_first_and_stops_below_a_failure():
 
     pool = [Candidate(n, size, n.split("/")[0]) for n, size in
             (("s/int4", 1.0), ("s/bf16", 2.0), ("m/int4", 3.0), ("m/bf16", 6.0), ("l/bf16", 12.0))]
-    driver = SearchDriver(pool, descending=True)
-    assert driver.order == ("l/bf16", "m/bf16", "m/int4", "s/bf16", "s/int4")
+    sequence = ("l/bf16", "m/bf16", "m/int4", "s/bf16", "s/int4")  # the selection's ladder, given
+    driver = SearchDriver(pool, sequence=sequence)
+    assert driver.order == sequence
     wave = driver.next_wave()
     driver.report(wave.names[0], Outcome("eligible", measured=12.0))  # no pruning of smaller ones
     wave = driver.next_wave()
@@ -228,5 +229,5 @@ def test_baseline_first_holds_a_sibling_back_while_its_baseline_runs():
 
 
 def test_baseline_first_leaves_the_fixed_sequence_alone():
-    plain = SearchDriver(ladder(), descending=True).order
-    assert SearchDriver(ladder(), descending=True, baseline_first=True).order == plain
+    sequence = tuple(c.name for c in sorted(ladder(), key=lambda c: -c.planned))
+    assert SearchDriver(ladder(), sequence=sequence, baseline_first=True).order == sequence

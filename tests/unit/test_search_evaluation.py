@@ -165,3 +165,54 @@ def test_a_run_records_the_order_seed_it_was_scored_in(tmp_path: Path) -> None:
     out = evaluation.run(tasks, evaluation.ItemStore(tmp_path, "k9"), Answers({}), seed=12345, round_size=None)
     assert out.info.order_seed == 12345
     assert list(out.samples["arith"]) == evaluation.evaluation_orders(tasks, 12345)["arith"]
+
+
+# ---- a score that is not a score (issue 36, point 7) ----
+
+
+class BadAt(Answers):
+    """Scores like Answers, but the metric returns `bad` for one item: the error evaluate_task raises."""
+
+    def __init__(self, right: dict[str, set[str]], item: str, bad: object) -> None:
+        super().__init__(right)
+        self.item, self.bad = item, bad
+
+    def __call__(self, task: Task, ids: list[str]) -> list[SampleRecord]:
+        from selector.tasks.metrics import InvalidScoreError
+
+        scored = super().__call__(task, ids)
+        if self.item in ids:
+            before = scored[: ids.index(self.item)]
+            raise InvalidScoreError(task.name, self.item, "custom", self.bad, kept=before)
+        return scored
+
+
+def test_an_invalid_score_fails_the_variant_and_keeps_every_item_scored_before_it(tmp_path: Path) -> None:
+    from selector.tasks.metrics import InvalidScoreError
+
+    tasks = [_task("arith", 24), _task("sent", 24, "multiple_choice")]
+    order = evaluation.evaluation_orders(tasks, 0)
+    bad = order["arith"][5]
+    store = evaluation.ItemStore(tmp_path, "k-bad")
+    answers = BadAt({"arith": set(order["arith"]), "sent": set(order["sent"])}, bad, float("nan"))
+    with pytest.raises(InvalidScoreError, match=f"item '{bad}': metric 'custom' returned nan"):
+        evaluation.run(tasks, store, answers, seed=0, round_size=12, stopper=_stopper({"arith": 0.6}, tasks))
+    assert set(store.load("sent")) == set(order["sent"][:12])  # the cheap task's round, scored first
+    assert list(store.load("arith")) == order["arith"][:5]  # the five before the bad one, nothing else
+    again = Answers({"arith": set(order["arith"]), "sent": set(order["sent"])})
+    evaluation.run(tasks, store, again, seed=0, round_size=None)  # a fixed metric scores only what is missing
+    assert len(again.asked) == 48 - 12 - 5
+
+
+def test_the_store_never_writes_a_nan_and_rereads_an_older_null_as_unscored(tmp_path: Path, caplog) -> None:
+    from selector.tasks.metrics import InvalidScoreError
+
+    store = evaluation.ItemStore(tmp_path, "k-null")
+    with pytest.raises(InvalidScoreError):
+        store.append("t", [SampleRecord(task="t", id="a", prompt="", output="", target="", score=float("nan"))])
+    store.append("t", [SampleRecord(task="t", id="a", prompt="", output="", target="", score=1.0)])
+    with (store.dir / "t.jsonl").open("a") as f:  # what an older version wrote for a NaN
+        f.write('{"task": "t", "id": "b", "prompt": "", "output": "", "target": "", "score": null}\n')
+        f.write('{"task": "t", "id": "c", "prom')  # and a line a crash cut short
+    assert list(store.load("t")) == ["a"]
+    assert "t.jsonl:2: not a scored item" in caplog.text and "t.jsonl:3" not in caplog.text

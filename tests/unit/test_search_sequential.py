@@ -273,12 +273,13 @@ def test_thresholds_agree_with_the_selection():
 
     assert EPS == SELECTION_EPS
     assert point_threshold(0.6, 30, True, True) == 18 / 30  # 18/30 meets a 0.6 floor
-    for n_total, floor in ((48, 0.6), (200, 0.75), (40, 0.3)):
-        t = full_set_threshold("lower_bound", floor, n_total)
-        for k, passes in ((round(t * n_total), True), (round(t * n_total) - 1, False)):
-            result = TaskResult(task="t", metric="acc", value=k / n_total, ci_low=0, ci_high=1, n=n_total)
-            low = task_interval(result, 0.95, "wilson", 10, 0).low
-            assert (low >= floor - SELECTION_EPS) is passes
+    for method in ("exact", "wilson"):
+        for n_total, floor in ((48, 0.6), (200, 0.75), (40, 0.3)):
+            t = full_set_threshold("lower_bound", floor, n_total, ci_method=method)
+            for k, passes in ((round(t * n_total), True), (round(t * n_total) - 1, False)):
+                result = TaskResult(task="t", metric="acc", value=k / n_total, ci_low=0, ci_high=1, n=n_total)
+                low = task_interval(result, 0.95, method, 10, 0).low
+                assert (low >= floor - SELECTION_EPS) is passes
 
 
 def test_fractional_and_bootstrap_thresholds_are_conservative():

@@ -53,13 +53,16 @@ class Jobs:
         return [o[0] for o in batch]
 
 
-def walk(tmp_path: Path, right: dict[str, int], **plan_args: bool) -> tuple[Sweep, Jobs]:
+def walk(tmp_path: Path, right: dict[str, int], siblings: float | None = None, **plan_args: bool) -> tuple[Sweep, Jobs]:
+    """An adaptive walk; siblings: search.sibling_margin (off unless given, so the order is smallest
+    first without fidelity)."""
     base = tmp_path / "sweep"
     state = plan(tmp_path, **plan_args)
     write_state(base, state)
     jobs = Jobs(base, right)
     sweep = Sweep(base)
-    sweep.walk([v.overrides for v in state.variants], {"strategy": "adaptive"}, lambda: Width(1, "test"), jobs)
+    search = {"strategy": "adaptive", "sibling_margin": siblings}
+    sweep.walk([v.overrides for v in state.variants], search, lambda: Width(1, "test"), jobs)
     return sweep, jobs
 
 
@@ -128,3 +131,22 @@ def test_finish_selects_from_the_records_and_keeps_the_pruned_as_not_needed(tmp_
     assert report["context"]["search"]["savings"]["variants_measured"] == 2.0
     out = capsys.readouterr().out
     assert "adaptive search: 2 of 3 variants measured" in out and "Report:" in out
+
+
+def test_the_siblings_of_a_baseline_far_below_a_floor_are_recorded_not_needed(tmp_path: Path,
+                                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 34: with the sibling rule on, the baseline runs first; 1 of 10 against an 80% floor is 70
+    points short, far more than a quantized copy gains, so int8 and int4 never run."""
+    sweep, jobs = walk(tmp_path, {"int4": 9, "int8": 9, "bf16": 1}, siblings=0.15)
+    assert jobs.batches == [[["precision=bf16"]]]
+    search = read_state(sweep.base).search
+    assert search.counts["siblings_not_needed"] == 2
+    sweep.finish(wall_s=1.0)
+    skipped = RunRecord.load(sweep.base / "m" / "int4" / "record.json")
+    assert skipped.status == "not_needed"
+    assert skipped.reason == ("not needed: m/bf16 is at most 10.0% on t (all items scored); a quantized copy would "
+                              "need +70.0 points (more than search.sibling_margin, 15 points)")
+    report = json.loads((sweep.base / "report" / "report.json").read_text())
+    assert report["context"]["search"]["savings"]["siblings_not_needed"] == 2.0  # the parent run's search/* metric
+    out = capsys.readouterr().out
+    assert "2 not needed as siblings of a baseline far below a floor (never converted, quantized or loaded)" in out

@@ -18,7 +18,7 @@ from selector.engines.base import (
     Prompt,
 )
 from selector.errors import ConfigError
-from selector.stats import wilson_interval
+from selector.stats import clopper_pearson_interval, wilson_interval
 from selector.tasks import build_prompt, build_requests, evaluate_task, load_evalset, resolve_style
 from selector.records import SampleRecord
 
@@ -173,8 +173,8 @@ def test_evaluate_generate_scores_records_and_streams(gen_task) -> None:  # type
     result, records = evaluate_task(engine, gen_task, "m", "chat", on_sample=streamed.append, progress=ticks.append)
     assert len(engine.generate_calls) == 1 and len(engine.generate_calls[0]) == 5  # one batched call
     assert result.value == pytest.approx(0.8) and result.n == 5 and result.metric == "exact_match"
-    assert (result.ci_low, result.ci_high) == pytest.approx(wilson_interval(4, 5, 0.95))
-    assert result.ci_method == "wilson" and result.higher_is_better
+    assert (result.ci_low, result.ci_high) == pytest.approx(clopper_pearson_interval(4, 5, 0.95))
+    assert result.ci_method == "exact" and result.higher_is_better
     assert result.item_scores == {"q1": 1.0, "q2": 1.0, "q3": 0.0, "q4": 1.0, "q5": 1.0}
     assert streamed == records and sum(ticks) == 5
     third = records[2]
@@ -187,6 +187,8 @@ def test_evaluate_generate_scores_records_and_streams(gen_task) -> None:  # type
 def test_evaluate_uses_the_confidence_level(gen_task) -> None:  # type: ignore[no-untyped-def]
     engine = AnswerBook({"1+1": "2", "2+2": "4"})
     result, _ = evaluate_task(engine, gen_task, "m", "chat", confidence=0.5)
+    assert (result.ci_low, result.ci_high) == pytest.approx(clopper_pearson_interval(2, 5, 0.5))
+    result, _ = evaluate_task(engine, gen_task, "m", "chat", confidence=0.5, ci_method="wilson")
     assert (result.ci_low, result.ci_high) == pytest.approx(wilson_interval(2, 5, 0.5))
 
 
@@ -204,15 +206,15 @@ def test_evaluate_multiple_choice_picks_the_likeliest(choice_task) -> None:  # t
 
 
 def test_graded_metric_gets_the_policys_interval(tmp_path: Path) -> None:
-    """The interval the selection will judge it by (stats.mean_interval): Wilson by default, the
-    bootstrap with ci_method=bootstrap. It used to be the bootstrap whatever the policy said, while
-    the decision used Wilson (issue 22)."""
+    """The interval the selection will judge it by (stats.mean_interval): Clopper-Pearson on the sum
+    by default, the bootstrap with ci_method=bootstrap. It used to be the bootstrap whatever the policy
+    said, while the decision used Wilson (issue 22)."""
     spec = GENERATE.replace("max_new_tokens: 6", "metric: f1").replace("fewshot: {n: 2, data: shots.jsonl}\n", "")
     rows = [{"id": f"q{i}", "question": f"name {i}", "answer": "Ada Lovelace"} for i in range(6)]
     [task] = load_evalset(write(tmp_path, spec, rows, []))
     engine = AnswerBook({"name 0": "Ada Lovelace", "name 1": "Ada", "name 2": "Lovelace", "name 3": "nobody"})
     result, _ = evaluate_task(engine, task, "m", "chat")
-    assert result.ci_method == "wilson"
+    assert result.ci_method == "exact"
     assert result.value == pytest.approx((1 + 2 / 3 + 2 / 3) / 6)
     assert result.ci_low < result.value < result.ci_high
     result, _ = evaluate_task(engine, task, "m", "chat", ci_method="bootstrap")
@@ -254,3 +256,36 @@ def test_engine_returning_too_few_results_is_an_error(gen_task) -> None:  # type
 
     with pytest.raises(RuntimeError, match="returned 4 generations for 5 requests"):
         evaluate_task(Short(), gen_task, "m", "chat")
+
+
+# ---- scores that are not scores (issue 36, point 7) ----
+
+
+@pytest.mark.parametrize("bad", [float("nan"), None, 1.5, -0.1, float("inf"), "1"])
+def test_a_metric_returning_anything_but_a_number_in_0_1_is_an_error_naming_task_item_and_metric(
+        gen_task, monkeypatch, bad) -> None:  # type: ignore[no-untyped-def]
+    """A custom metric returning NaN used to poison the task (rejected at "nan%"; the early stop never
+    fired; the item store wrote null and dropped it on reload), and None raised a ValidationError."""
+    from selector.tasks.metrics import InvalidScoreError, Metric
+
+    def third_is_bad(x, args):  # type: ignore[no-untyped-def]
+        return bad if x.output == "7" else float(x.output == x.target)
+
+    custom = Metric("custom", True, True, third_is_bad)
+    monkeypatch.setattr("selector.tasks.evaluate.get_metric", lambda name: custom)  # a metric of the user's own
+    gen_task.metric = "custom"
+    engine = AnswerBook({"1+1": "2", "2+2": "4", "3+3": "7", "4+4": "8", "5+5": "10"})
+    with pytest.raises(InvalidScoreError) as e:
+        evaluate_task(engine, gen_task, "m", "chat")
+    assert "task 't', item 'q3': metric 'custom' returned" in str(e.value) and repr(bad) in str(e.value)
+    assert [r.id for r in e.value.kept] == ["q1", "q2"]  # scored before it: the caller keeps them
+
+
+def test_check_score_takes_numbers_in_0_1_of_any_kind() -> None:
+    import numpy as np
+
+    from selector.tasks.metrics import InvalidScoreError, check_score
+
+    assert [check_score(v, "t", "i", "m") for v in (0, 1, 0.25, True, np.float64(0.5))] == [0.0, 1.0, 0.25, 1.0, 0.5]
+    with pytest.raises(InvalidScoreError, match="metric 'm' returned nan"):
+        check_score(float("nan"), "t", "i", "m")
