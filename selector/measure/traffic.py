@@ -81,25 +81,27 @@ def load_requests(tasks: Sequence[Any], model_name: str, prompt_style: str, n: i
 
 
 def variant_requests(
-    tasks: Sequence[Any], cfg: SelectorConfig
+    tasks: Sequence[Any], cfg: SelectorConfig, tokenizer: Any = None
 ) -> tuple[list[GenerationRequest], list[GenerationRequest]]:
     """(warm-up requests, measured requests) for a variant: the rows of measure.load.requests when
-    given (every row, every level), else the eval set's prompts cycled to requests_per_level."""
+    given (every row, every level; a trace's prompts synthesised with `tokenizer`, the model's or
+    its folder), else the eval set's prompts cycled to requests_per_level."""
     load = cfg.measure.load
     if load.requests:
-        rows = read_request_file(load.requests, load.new_tokens, chat=cfg.model.prompt_style == "chat")
+        rows = read_request_file(load.requests, load.new_tokens, chat=cfg.model.prompt_style == "chat",
+                                 tokenizer=tokenizer, seed=load.seed)
         return warmup_of(rows, load.warmup_requests), list(rows)
     every = load_requests(tasks, cfg.model.name, cfg.model.prompt_style, load.warmup_requests + load.requests_per_level,
                           load.new_tokens)
     return every[: load.warmup_requests], every[load.warmup_requests :]
 
 
-def capacity_requests(tasks: Sequence[Any], cfg: SelectorConfig) -> tuple[list[GenerationRequest],
-                                                                          list[GenerationRequest]]:
+def capacity_requests(tasks: Sequence[Any], cfg: SelectorConfig, tokenizer: Any = None
+                      ) -> tuple[list[GenerationRequest], list[GenerationRequest]]:
     """(warm-up, one capacity step's requests): the same source, cycled to requests_per_step."""
     from selector.measure.capacity import requests_per_step
 
-    warmup, requests = variant_requests(tasks, cfg)
+    warmup, requests = variant_requests(tasks, cfg, tokenizer)
     n = requests_per_step(cfg.measure.load)
     if cfg.measure.load.requests:
         return warmup, list(cycled(requests, n))  # type: ignore[arg-type]
@@ -118,21 +120,29 @@ async def ladder(probe: Probe, requests: Sequence[GenerationRequest], warmup: Se
 
 
 async def capacity(probe: Probe, requests: Sequence[GenerationRequest],
-                   warmup: Sequence[GenerationRequest] = ()) -> CapacityResult:
-    """The capacity search on a warm engine: one warm-up, then every step on the same engine. A
-    step may run past max_duration_s by its own arrival span (slow rates need long steps)."""
-    from selector.measure.capacity import check_capacity, search_capacity
+                   warmup: Sequence[GenerationRequest] = ()) -> dict[str, CapacityResult]:
+    """The capacity searches (measure.load.capacity_on: rate, concurrency or both) on a warm
+    engine: one warm-up, then every probe on the same engine. A rate probe may run past
+    max_duration_s by its own arrival span (slow rates need long probes); run k's arrivals have the
+    seed seed + k; an over-saturated rate probe ends early (capacity_stop_saturated)."""
+    from selector.measure.capacity import check_capacity, search_capacity, searched_axes
+    from selector.measure.saturation import SaturationWatch
 
     check_slo(probe.cfg.slo)
     check_capacity(probe.cfg)
     await probe.warm_up(warmup)
 
-    def at(rate: float) -> Awaitable[LevelOutcome]:
+    def at_rate(rate: float, run: int) -> Awaitable[LevelOutcome]:
         limit = probe.cfg.max_duration_s + len(requests) / rate
         step = dataclasses.replace(probe, cfg=dataclasses.replace(probe.cfg, max_duration_s=limit))
-        return step.level(requests, rate=rate)
+        watch = SaturationWatch.for_rate(rate) if probe.cfg.capacity_stop_saturated else None
+        return step.level(requests, rate=rate, seed=probe.cfg.seed + run, saturation=watch)
 
-    return await search_capacity(at, probe.cfg)
+    def at_concurrency(concurrency: float, run: int) -> Awaitable[LevelOutcome]:
+        return probe.level(requests, concurrency=int(concurrency))
+
+    return {on: await search_capacity(at_rate if on == "rate" else at_concurrency, probe.cfg, on)
+            for on in searched_axes(probe.cfg)}
 
 
 def _interleave(groups: list[list[GenerationRequest]]) -> list[list[GenerationRequest]]:
@@ -144,13 +154,15 @@ def _interleave(groups: list[list[GenerationRequest]]) -> list[list[GenerationRe
 # ---- in-process: the dynamic batching scheduler ------------------------------------------------
 def run_inprocess_load(model: Any, tokenizer: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> list[LoadLevel]:
     """The load test of a variant's in-process model, for PerfResult.load."""
-    warmup, requests = variant_requests(tasks, cfg)
+    warmup, requests = variant_requests(tasks, cfg, tokenizer)
     return [o.level for o in inprocess_load(model, tokenizer, requests, cfg.measure.load, warmup=warmup)]
 
 
-def run_inprocess_capacity(model: Any, tokenizer: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> CapacityResult:
-    """The capacity search on a variant's in-process model, for PerfResult.capacity."""
-    warmup, requests = capacity_requests(tasks, cfg)
+def run_inprocess_capacity(model: Any, tokenizer: Any, tasks: Sequence[Any], cfg: SelectorConfig
+                           ) -> dict[str, CapacityResult]:
+    """The capacity searches on a variant's in-process model, for PerfResult.capacity (rate) and
+    capacity_concurrency."""
+    warmup, requests = capacity_requests(tasks, cfg, tokenizer)
     return inprocess_run(model, tokenizer, cfg.measure.load, [*warmup, *requests],
                          lambda probe: capacity(probe, requests, warmup))
 
@@ -198,15 +210,19 @@ def inprocess_run(model: Any, tokenizer: Any, cfg: LoadConfig, ahead: Sequence[G
 
 
 # ---- a server --------------------------------------------------------------------------------
-def run_server_load(served: Served, tasks: Sequence[Any], cfg: SelectorConfig) -> list[LoadLevel]:
-    """The load test of a served variant (engine=openai), for PerfResult.load."""
-    warmup, requests = variant_requests(tasks, cfg)
+def run_server_load(served: Served, tasks: Sequence[Any], cfg: SelectorConfig,
+                    tokenizer: Any = None) -> list[LoadLevel]:
+    """The load test of a served variant (engine=openai), for PerfResult.load. tokenizer: the
+    checkpoint folder (a trace's prompts are synthesised with its tokenizer)."""
+    warmup, requests = variant_requests(tasks, cfg, tokenizer)
     return [o.level for o in server_load(served, requests, cfg.measure.load, warmup=warmup)]
 
 
-def run_server_capacity(served: Served, tasks: Sequence[Any], cfg: SelectorConfig) -> CapacityResult:
-    """The capacity search against a served variant's running server, for PerfResult.capacity."""
-    warmup, requests = capacity_requests(tasks, cfg)
+def run_server_capacity(served: Served, tasks: Sequence[Any], cfg: SelectorConfig,
+                        tokenizer: Any = None) -> dict[str, CapacityResult]:
+    """The capacity searches against a served variant's running server, for PerfResult.capacity
+    (rate) and capacity_concurrency."""
+    warmup, requests = capacity_requests(tasks, cfg, tokenizer)
     return server_run(served, cfg.measure.load, lambda probe: capacity(probe, requests, warmup))
 
 
@@ -237,6 +253,7 @@ def server_run(served: Served, cfg: LoadConfig, body: Callable[[Probe], Awaitabl
 
             return await body(Probe(Conversations().wrap(send), cfg, monitor,
                                     scrape=lambda: prometheus.scrape_all(client, metrics_urls),
-                                    split=prometheus.level_split, describe_split=prometheus.split_source))
+                                    split=prometheus.level_split, describe_split=prometheus.split_source,
+                                    counters=lambda: prometheus.scrape_counters(client, metrics_urls)))
 
     return asyncio.run(main())

@@ -52,6 +52,7 @@ def run_inprocess(run: Any, resolved: Any, loaded: Any, tasks: Any, device: str)
         if cfg.measure.load.capacity:  # on the same loaded model, after the ladder
             from selector.measure.traffic import run_inprocess_capacity
 
-            perf.capacity = run_inprocess_capacity(loaded.model, loaded.tokenizer, tasks, cfg)
+            found = run_inprocess_capacity(loaded.model, loaded.tokenizer, tasks, cfg)
+            perf.capacity, perf.capacity_concurrency = found.get("rate"), found.get("concurrency")
         run.record.perf = perf
         run.record_memory(resolved, loaded, device)

@@ -145,7 +145,7 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     adhoc.check_distinct_names(planned)
     check_reference(planned, origins[0])
     policy_notices(planned[0].cfg, notices)
-    check_engine_and_load(planned[0].cfg, origins[0])
+    check_engine_and_load(planned[0].cfg, origins[0], model_contexts(planned))
     check_compare_to(planned[0].cfg)
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
@@ -211,8 +211,9 @@ def policy_notices(cfg: SelectorConfig, notices: list[str]) -> list[str]:
     return notices
 
 
-def check_engine_and_load(cfg: SelectorConfig, origin: Origin) -> None:
-    """Engine and load-test settings are checked now, not after every variant's evaluation."""
+def check_engine_and_load(cfg: SelectorConfig, origin: Origin, contexts: dict[str, int] | None = None) -> None:
+    """Engine and load-test settings are checked now, not after every variant's evaluation.
+    contexts: model name -> context tokens (model_contexts), for a trace's lengths."""
     from selector.registry import UnknownNameError
     from selector.sweep.engine_runs import ENGINE_RUNS
 
@@ -236,13 +237,32 @@ def check_engine_and_load(cfg: SelectorConfig, origin: Origin) -> None:
     if load.enabled or load.capacity:
         from selector.measure.capacity import check_capacity
         from selector.measure.traffic import check_slo, levels_of
-        from selector.measure.requests import has_arrivals, read_request_file
+        from selector.measure.requests import check_request_file
 
         check_slo(load.slo)
         check_capacity(load)
-        rows = read_request_file(load.requests, load.new_tokens) if load.requests else []  # a bad row stops it now
-        if load.enabled and not (rows and has_arrivals(rows)):  # recorded arrivals are a level of their own
+        # a bad row, or a trace longer than a model's context, stops it now
+        timed = check_request_file(load.requests, load.new_tokens, contexts or {}) if load.requests else False
+        if load.enabled and not timed:  # recorded arrivals are a level of their own
             levels_of(load)
+
+
+def model_contexts(planned: list[PlannedVariant]) -> dict[str, int]:
+    """Each model's context in tokens where it is known before anything loads (its config.json or
+    GGUF metadata; engine.vllm.max_model_len when set and smaller), for a trace's lengths."""
+    from selector.plan.arch import read_arch
+
+    out: dict[str, int] = {}
+    for p in planned:
+        cfg = p.cfg
+        if not cfg.measure.load.requests or not (cfg.measure.load.enabled or cfg.measure.load.capacity):
+            continue
+        facts = read_arch(cfg.model, Path(cfg.cache_dir))
+        known = [x for x in (facts.context_length if facts else None,
+                             cfg.engine.vllm.max_model_len if cfg.engine.server == "vllm" else None) if x]
+        if known:
+            out[cfg.model.name] = min([*known, out.get(cfg.model.name, min(known))])
+    return out
 
 
 def check_reference(planned: list[PlannedVariant], origin: Origin) -> None:

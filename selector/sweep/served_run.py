@@ -56,7 +56,7 @@ def run_served(run: Any, resolved: Any, loaded: Any, tasks: Any, device: str) ->
             with run.timed("measure"):
                 run.record.perf = PerfResult(device=device)
                 if cfg.measure.load.enabled:
-                    run.record.perf.load = run_server_load(served, tasks, cfg)
+                    run.record.perf.load = run_server_load(served, tasks, cfg, tokenizer=checkpoint)
                     if served.servers:  # its levels stay in the record; the variant fails
                         failed = [lv for lv in run.record.perf.load if lv.errors]
                         at = (f"the load test (first failed level: {_level_name(failed[0])}, "
@@ -66,7 +66,9 @@ def run_served(run: Any, resolved: Any, loaded: Any, tasks: Any, device: str) ->
                 if cfg.measure.load.capacity:  # on the same running server, after the ladder
                     from selector.measure.traffic import run_server_capacity
 
-                    run.record.perf.capacity = run_server_capacity(served, tasks, cfg)
+                    found = run_server_capacity(served, tasks, cfg, tokenizer=checkpoint)
+                    run.record.perf.capacity, run.record.perf.capacity_concurrency = (found.get("rate"),
+                                                                                      found.get("concurrency"))
         finally:
             if run.record.memory is not None:
                 run.record.memory.serving = server_peak(served.processes())
