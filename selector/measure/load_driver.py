@@ -297,6 +297,7 @@ async def run_ladder(
     split: Callable[[Any, Any], dict[str, Percentiles]] | None = None,
     describe_split: Callable[[Any], tuple[str, str]] | None = None,
     replay: Sequence[float] | None = None,
+    counters: Callable[[], Awaitable[dict[str, float] | None]] | None = None,
 ) -> list[LevelOutcome]:
     """Warm up, then run every level in order.
 
@@ -305,10 +306,11 @@ async def run_ladder(
     the requests themselves carry no split; describe_split: the metrics after a level -> (source,
     note): which server's histograms gave the split, or in words why there is none.
     replay: recorded send times (a request file's): one more level, after the others, at those times.
+    counters: a server's prefix-cache counters before and after a level -> its prefix_cache_hit_rate.
     """
     check_slo(cfg.slo)
     levels = levels_of(cfg) if replay is None or cfg.concurrency or cfg.rates_rps else []
-    probe = Probe(send, cfg, monitor, after_level, scrape, split, describe_split)
+    probe = Probe(send, cfg, monitor, after_level, scrape, split, describe_split, counters)
     await probe.warm_up(warmup)
     outcomes = [await probe.level(requests, concurrency, rate) for concurrency, rate in levels]
     if replay is not None:

@@ -116,7 +116,7 @@ async def ladder(probe: Probe, requests: Sequence[GenerationRequest], warmup: Se
                  replay: Sequence[float] | None = None) -> list[LevelOutcome]:
     return await run_ladder(probe.send, requests, probe.cfg, probe.monitor, warmup=warmup,
                             after_level=probe.after_level, scrape=probe.scrape, split=probe.split,
-                            describe_split=probe.describe_split, replay=replay)
+                            describe_split=probe.describe_split, replay=replay, counters=probe.counters)
 
 
 async def capacity(probe: Probe, requests: Sequence[GenerationRequest],
