@@ -130,7 +130,10 @@ def summarize(sweep: Path, policy: dict[str, Any]) -> dict[str, Any]:
                              "per_million_input": cost.per_million_input, "per_million_output": cost.per_million_output,
                              "per_million_total": cost.per_million_total}
         variants.append(entry)
-    return {"variants": variants, "winner": report["selection"]["winner"], "summary": report["selection"]["summary"]}
+    confidence = next((c["confidence"] for r in report["records"] for c in ((r.get("perf") or {}).get("capacity"),
+                       (r.get("perf") or {}).get("capacity_concurrency")) if c), 0.95)
+    return {"variants": variants, "winner": report["selection"]["winner"], "summary": report["selection"]["summary"],
+            "confidence": confidence}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -151,8 +154,8 @@ def markdown(data: dict[str, Any]) -> str:
              f"- vLLM {'eager (--enforce-eager: a check, not a measurement)' if a['enforce_eager'] else 'compiled'}",
              f"- command: `{data['command']}`",
              f"- sweep wall time: {data['wall_s']:.0f} s ({data['wall_s'] / 60:.1f} min)", "",
-             "| variant | served as | by | capacity | 95% interval | runs' crossings | probes (over-saturated) | "
-             "search time |", "|---|---|---|---|---|---|---|---|"]
+             f"| variant | served as | by | capacity | {data['confidence']:.0%} interval | runs' crossings | "
+             "probes (over-saturated) | search time |", "|---|---|---|---|---|---|---|---|"]
     for v in data["variants"]:
         for on in ("capacity", "capacity_concurrency"):
             c = v.get(on)

@@ -172,7 +172,7 @@ async def search_capacity(probe: ProbeAt, cfg: LoadConfig, on: str = "rate") -> 
         crossings.append(crossing(_points(steps, run), axis))
         if end is not None:
             censored.append(f"run {run} did not cross the SLO within {RUN_PROBES} probes; its crossing is "
-                            f"taken at {end:g}")
+                            f"taken at {end:.3g}")
     return _result(cfg, axis, steps, low, high, crossings, censored, time.perf_counter() - started)
 
 

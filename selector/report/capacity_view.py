@@ -46,9 +46,14 @@ def held(c: CapacityResult) -> Cell:
     if c.on == "concurrency":
         return Cell(f"{fmt.sig(c.capacity_concurrency)} in flight", "num strong",
                     sub=f"{fmt.sig(c.capacity_rps)} req/s served" if c.capacity_rps else "")
-    fails = c.failed_rps if c.failed_rps is not None else None
-    return Cell(f"{fmt.sig(c.capacity_rps)} req/s", "num strong",
-                sub=f"fails at {fmt.sig(fails)}" if fails else "none failed")
+    fails = c.failed_rps
+    if fails is None:
+        sub = "none failed"
+    elif fails > c.capacity_rps:  # type: ignore[operator]
+        sub = f"fails at {fmt.sig(fails)}"
+    else:  # a run that never crossed pulled the estimate below where the combined runs fail
+        sub = f"runs combined: over from {fmt.sig(fails)}"
+    return Cell(f"{fmt.sig(c.capacity_rps)} req/s", "num strong", sub=sub)
 
 
 def interval_cell(c: CapacityResult) -> Cell:
@@ -124,7 +129,7 @@ def curve_table(records: list[RunRecord]) -> Table | None:
                     f"combined runs: {'within' if step.within_fit else 'over'}")
                 within = Cell("yes" if step.passed else "no", "" if step.passed else "below",
                               step.stopped, sub=fit or ("over-saturated" if step.stopped else ""))
-                level = f"{step.at:g} {'req/s' if c.on == 'rate' else 'in flight'}"
+                level = f"{fmt.sig(step.at)} req/s" if c.on == "rate" else f"{step.concurrency} in flight"
                 row = [Cell(r.name, "name"), Cell(level, "num"), Cell(str(step.repeat), "num"), within,
                        Cell(fmt.sig(lv.request_throughput), "num"), Cell(p95(lv.ttft_ms), "num"),
                        Cell(p95(lv.itl_ms), "num"), Cell(p95(lv.e2e_ms), "num"),

@@ -108,7 +108,7 @@ def test_the_report_and_console_show_capacity_cost_and_the_probes(tmp_path) -> N
     assert "3.10 req/s" in row and "| 7 (at 3.10 req/s each) |" in row and "$1.94" in row
     assert "&lt; 0.500 req/s" in md and "slow/bf16 by rate: even the lowest" in md
     assert "ceil(20 req/s / capacity) machines" in md
-    assert "### Latency against load" in md and "| small/bf16 | 1 req/s | 0 | yes |" in md
+    assert "### Latency against load" in md and "| small/bf16 | 1.00 req/s | 0 | yes |" in md
     html = paths["html"].read_text()
     assert 'id="load-capacity"' in html and "$10,220" in html
     assert "plot-capacity" in html and "Latency vs arrival rate: the capacity search" in html
@@ -214,10 +214,20 @@ def test_the_report_shows_the_interval_the_straddle_and_the_price_of_each_kind_o
     conc_row = next(line for line in md.splitlines() if line.startswith("| mid/int8 (by concurrency)"))
     assert "**6.40 in flight** (3.00 req/s served)" in conc_row and "5.20 – 7.90" in conc_row
     assert "the capacity taken at its interval's lower bound" in md and "Student's t over the runs at 95%" in md
-    assert "| mid/int8 | 3 req/s | 2 | no (combined runs: within) |" in md  # the run that broke the SLO
+    assert "| mid/int8 | 3.00 req/s | 2 | no (combined runs: within) |" in md  # the run that broke the SLO
     m = record_metrics(r)
     assert m["capacity/low"] == 2.6 and m["capacity/high"] == 3.7 and m["capacity/runs"] == 5
     assert m["capacity/straddles"] == 1 and m["capacity_concurrency/concurrency"] == 6.4
     assert m["capacity_concurrency/low_rps"] == 2.5 and m["capacity/input_tokens_per_request"] == 800
     steps = load_metrics(r)
     assert ("capacity_probe/run", 2.0, 2) in steps and ("capacity_concurrency_probe/concurrency", 6.0, 0) in steps
+
+
+def test_a_run_that_never_crossed_is_said_where_the_combined_runs_fail_below_the_estimate() -> None:
+    from selector.report.capacity_view import held
+
+    c = interval_capacity()
+    c.failed_rps = 4.0
+    assert held(c).sub == "fails at 4.00"
+    c.failed_rps = 2.2  # one run failed at every rate it tried: the combined runs are over from 2.2
+    assert held(c).sub == "runs combined: over from 2.20"
