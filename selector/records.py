@@ -172,8 +172,9 @@ class CapacityStep(StrictModel):
     repeat: int = 0  # which run (0: the search that located the boundary; 1, 2, ...: its repeats)
     passed: bool
     level: LoadLevel
-    # slo key -> {"estimate": the level's percentile, "upper": its upper confidence bound, "limit": ...};
-    # failed requests count as infinitely slow (None: no request carried the figure, or too few to bound it)
+    # slo key -> {"estimate": the probe's percentile, "limit": ...} (records made before intervals also
+    # have "upper", an order-statistic bound); failed requests count as infinitely slow (estimate None:
+    # it fell on one, or no request carried the figure)
     checks: dict[str, dict[str, float | None]] = Field(default_factory=dict)
     # log(estimate / limit) of the limit it misses most (<= 0: within the SLO; None: infinite)
     margin: float | None = None

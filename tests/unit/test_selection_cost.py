@@ -221,6 +221,15 @@ def test_the_report_shows_the_interval_the_straddle_and_the_price_of_each_kind_o
     assert m["capacity_concurrency/low_rps"] == 2.5 and m["capacity/input_tokens_per_request"] == 800
     steps = load_metrics(r)
     assert ("capacity_probe/run", 2.0, 2) in steps and ("capacity_concurrency_probe/concurrency", 6.0, 0) in steps
+    import io
+
+    from rich.console import Console
+
+    from selector.report import render_terminal_summary
+
+    out = io.StringIO()
+    Console(file=out, width=250).print(render_terminal_summary([r], select([r], policy)))
+    assert "mid/int8 by rate" in out.getvalue() and "mid/int8 by concurrency" in out.getvalue()
 
 
 def test_a_run_that_never_crossed_is_said_where_the_combined_runs_fail_below_the_estimate() -> None:
