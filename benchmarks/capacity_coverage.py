@@ -1,6 +1,6 @@
 """The capacity interval's coverage, checked by simulation against a queue whose capacity is known.
 
-    python -m benchmarks.capacity_coverage [--trials 400] [--truth-runs 4000] [--repeats 1 2 3 4 5 6 8]
+    python -m benchmarks.capacity_coverage [--trials 400] [--truth-runs 4000] [--repeats 2 3 4 5 6 8]
 
 A simulated server, first come first served, one request at a time, service times drawn per run
 (lognormal around `service_s`; cv 0 is a fixed time). Every probe is what the capacity search sees
@@ -10,10 +10,12 @@ ended early by the same over-saturation rule. The search under test is selector'
 (selector.measure.capacity.search_capacity), unchanged; only the probe is simulated.
 
 The known capacity: each run (a seed) has its own crossing of the SLO, found exactly by bisecting
-that run's probe over the level (200 halvings' worth of precision is not needed: 40); the queue's
-capacity is the geometric mean of the crossings of `--truth-runs` runs, what the search's interval
-is for. Per number of runs (capacity_repeats), over `--trials` searches with fresh seeds: how often
-the interval held the known capacity, its median width (high / low), and the probes it spent.
+that run's probe over the rate (30 halvings of a 50 000-fold range) or stepping the concurrency;
+the queue's capacity is the geometric mean of the crossings of `--truth-runs` runs, what the
+search's interval is for. Per number of runs (capacity_repeats; and 5 runs at the former tolerance
+0.1), over `--trials` searches with fresh seeds: how often the interval held the known capacity,
+its median width (high / low), and the probes it spent. Then the over-saturation rule alone: how
+often it ends a probe at rates around the service rate, wrongly or not, and the time it saves.
 Results: benchmarks/results/capacity_coverage.{json,md}.
 """
 
