@@ -189,3 +189,33 @@ def gap_text(mismatch: dict[str, Any]) -> str:
     if "gap_selector_nats" in mismatch:
         return f"selector {mismatch['gap_selector_nats']:.3f}, lm-eval {mismatch['gap_lm_eval_nats']:.3f}"
     return "n/a"
+
+
+# ---- two load generators taking turns on one server ---------------------------------------------
+
+def ab_order(pair: int) -> tuple[str, str]:
+    """Which tool goes first in each pair: A B, then B A, and so on (A: vllm bench, B: selector), so
+    neither always runs on the server the other has just warmed or slowed."""
+    return ("vllm_bench", "selector") if pair % 2 == 0 else ("selector", "vllm_bench")
+
+
+def paired_difference(pairs: Sequence[tuple[dict[str, float], dict[str, float]]], key: str,
+                      tolerance: float = 0.10) -> dict[str, Any] | None:
+    """One figure over the pairs (theirs, ours) of back-to-back runs: each pair's relative difference
+    (ours - theirs) / theirs, their median and range, and how far each tool's own figure moved over
+    the pairs (max / min - 1: the server's drift, which both tools see). A median within `tolerance`
+    is a match; a larger one whose pairs all lie on one side is the tools measuring differently."""
+    kept = [(t[key], o[key]) for t, o in pairs if t.get(key) is not None and o.get(key) is not None]
+    diffs = [d for t, o in kept if (d := relative_diff(o, t)) is not None]
+    if not diffs:
+        return None
+    theirs, ours = [t for t, _ in kept], [o for _, o in kept]
+
+    def drift(values: list[float]) -> float | None:
+        return max(values) / min(values) - 1 if min(values) > 0 else None
+
+    mid = median(diffs)
+    return {"median": mid, "low": min(diffs), "high": max(diffs), "n": len(diffs),
+            "one_side": all(d > 0 for d in diffs) or all(d < 0 for d in diffs),
+            "within": abs(mid) <= tolerance, "drift_theirs": drift(theirs), "drift_ours": drift(ours),
+            "theirs_median": median(theirs), "ours_median": median(ours)}

@@ -109,13 +109,19 @@ class LoadConfig:
     # Real requests instead of the eval set's prompts: a JSONL/CSV/Parquet file (docs/load-testing.md)
     requests: Optional[str] = None
     time_scale: float = 1.0  # recorded arrival times are multiplied by this (0.5: twice as fast)
-    # The highest Poisson arrival rate meeting the slo's percentile limits (selector.measure.capacity)
+    # The highest Poisson arrival rate (or concurrency) meeting the slo's percentile limits, with a
+    # confidence interval (selector.measure.capacity)
     capacity: bool = False
     capacity_start_rps: float = 1.0  # first rate probed; doubled or halved until the SLO is bracketed
     capacity_min_rps: float = 0.05  # the lowest rate probed: below it the variant cannot meet the SLO here
-    capacity_tolerance: float = 0.1  # stop when the bracket's width is within this fraction of its low end
-    capacity_confidence: float = 0.95  # a step passes when this upper confidence bound of each percentile is met
-    capacity_max_steps: int = 12
+    capacity_tolerance: float = 0.25  # stop when the bracket's width is within this fraction of its low end
+    capacity_confidence: float = 0.95  # the capacity's confidence interval, over its runs
+    capacity_max_steps: int = 12  # probes of the search that locates the boundary (repeats come on top)
+    # Runs whose crossings of the SLO give the capacity's confidence interval (1: no interval)
+    capacity_repeats: int = 5
+    capacity_on: str = "rate"  # rate (Poisson arrivals) | concurrency (requests in flight) | both
+    capacity_start_concurrency: int = 1  # first concurrency probed (capacity_on=concurrency)
+    capacity_stop_saturated: bool = True  # end an open-loop probe whose backlog grows (over-saturated)
     # in-process dynamic batching (engine=hf)
     max_batch_size: int = 8
     max_queue_delay_ms: float = 10.0

@@ -149,34 +149,10 @@ class LoadLevel(StrictModel):
     # A request file's recorded arrival times, replayed stretched by this factor (measure.load.time_scale);
     # None: a concurrency or Poisson level.
     replay_scale: float | None = None
-
-
-class CapacityStep(StrictModel):
-    """One probe of the capacity search: an open-loop level at a rate, and whether it met the SLO."""
-
-    rate_rps: float
-    passed: bool
-    level: LoadLevel
-    # slo key -> {"estimate": the level's percentile, "upper": its upper confidence bound, "limit": ...};
-    # failed requests count as infinitely slow (None: no request carried the figure, or too few to bound it)
-    checks: dict[str, dict[str, float | None]] = Field(default_factory=dict)
-
-
-class CapacityResult(StrictModel):
-    """The highest arrival rate whose requests met measure.load.slo's percentile limits."""
-
-    slo: dict[str, float]
-    confidence: float
-    tolerance: float
-    requests_per_step: int
-    capacity_rps: float | None = None  # None: even the lowest rate probed broke the SLO
-    failed_rps: float | None = None  # the lowest rate that broke it (the bracket's top); None: none did
-    output_tokens_per_s: float | None = None  # at capacity (or at the lowest rate, when that broke it)
-    cpu_util_pct: float | None = None
-    gpu_util_pct: float | None = None
-    steps: list[CapacityStep] = Field(default_factory=list)  # in the order probed
-    wall_s: float = 0.0
-    note: str = ""
+    input_tokens_per_s: float | None = None  # prompt tokens of successful requests / duration (None: not counted)
+    # Share of the prompt tokens the server found in its prefix cache during the level (vLLM's
+    # prefix_cache_hits / prefix_cache_queries counters, differences of two scrapes); None: no such counters.
+    prefix_cache_hit_rate: float | None = None
 
     @property
     def running_mean(self) -> float | None:
@@ -187,12 +163,78 @@ class CapacityResult(StrictModel):
         return self.compute_ms.mean * self.compute_ms.n / 1e3 / self.duration_s
 
 
+class CapacityStep(StrictModel):
+    """One probe of the capacity search: an open-loop level at a rate (or a closed-loop level at a
+    concurrency), one run of it, and whether it met the SLO."""
+
+    rate_rps: float | None = None  # capacity_on=rate
+    concurrency: int | None = None  # capacity_on=concurrency
+    repeat: int = 0  # which run (0: the search that located the boundary; 1, 2, ...: its repeats)
+    passed: bool
+    level: LoadLevel
+    # slo key -> {"estimate": the probe's percentile, "limit": ...} (records made before intervals also
+    # have "upper", an order-statistic bound); failed requests count as infinitely slow (estimate None:
+    # it fell on one, or no request carried the figure)
+    checks: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    # log(estimate / limit) of the limit it misses most (<= 0: within the SLO; None: infinite)
+    margin: float | None = None
+    within_fit: bool | None = None  # every run at this level, combined monotonically: within the SLO
+    stopped: str = ""  # why the probe ended early (over-saturated), "" when it ran to its end
+
+    @property
+    def at(self) -> float:
+        """Its level: the rate, or the concurrency."""
+        return float(self.rate_rps if self.rate_rps is not None else self.concurrency or 0)
+
+
+class CapacityResult(StrictModel):
+    """The highest arrival rate (or concurrency) whose requests met measure.load.slo's percentile
+    limits, with its confidence interval from repeated runs (selector.measure.capacity)."""
+
+    slo: dict[str, float]
+    confidence: float
+    tolerance: float
+    requests_per_step: int
+    on: str = "rate"  # rate | concurrency
+    # rate: the estimate in req/s; concurrency: the req/s served at the capacity concurrency.
+    # None: even the lowest level probed broke the SLO
+    capacity_rps: float | None = None
+    failed_rps: float | None = None  # rate: the lowest rate the combined runs put over the SLO; None: none
+    capacity_concurrency: float | None = None  # concurrency: the estimate (a crossing between two whole levels)
+    failed_concurrency: int | None = None
+    repeats: int = 1  # runs whose crossings make the interval
+    low: float | None = None  # the interval, in the search's unit (req/s or concurrency); None: one run
+    high: float | None = None
+    low_rps: float | None = None  # what to plan on: the req/s the lower bound holds (None: no interval)
+    runs: list[float] = Field(default_factory=list)  # each run's crossing of the SLO, in the search's unit
+    straddles: list[float] = Field(default_factory=list)  # levels where some runs met the SLO and others broke it
+    output_tokens_per_s: float | None = None  # at capacity (or at the lowest rate, when that broke it)
+    input_tokens_per_request: float | None = None  # over every successful request of the search
+    output_tokens_per_request: float | None = None
+    cpu_util_pct: float | None = None
+    gpu_util_pct: float | None = None
+    steps: list[CapacityStep] = Field(default_factory=list)  # in the order probed
+    wall_s: float = 0.0
+    note: str = ""
+
+    @property
+    def estimate(self) -> float | None:
+        """The capacity in the search's unit."""
+        return self.capacity_concurrency if self.on == "concurrency" else self.capacity_rps
+
+    @property
+    def planning_rps(self) -> float | None:
+        """The req/s a deployer plans on: the lower bound's when there is an interval, else the estimate's."""
+        return self.low_rps if self.low_rps is not None else self.capacity_rps
+
+
 class PerfResult(StrictModel):
     device: str
     latency: LatencyResult | None = None
     throughput: list[ThroughputPoint] = Field(default_factory=list)
     load: list[LoadLevel] = Field(default_factory=list)
-    capacity: CapacityResult | None = None  # measure.load.capacity
+    capacity: CapacityResult | None = None  # measure.load.capacity (capacity_on=rate)
+    capacity_concurrency: CapacityResult | None = None  # measure.load.capacity_on=concurrency
     # engine=hf: whether latency and throughput ran on the fast path (static KV cache + compiled
     # decode step, engine.compile), the seconds its first call at each shape took (compiling;
     # never inside a latency figure), and why it was off or fell back.

@@ -64,6 +64,9 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("measure.load.capacity_tolerance", lambda v: 0 < v < 1, "a fraction strictly between 0 and 1"),
     ("measure.load.capacity_confidence", lambda v: 0.5 <= v < 1, "a probability in [0.5, 1)"),
     ("measure.load.capacity_max_steps", lambda v: v >= 2, "at least 2"),
+    ("measure.load.capacity_repeats", lambda v: v >= 1, "at least 1 run (2 or more give an interval)"),
+    ("measure.load.capacity_on", lambda v: v in ("rate", "concurrency", "both"), "rate, concurrency or both"),
+    ("measure.load.capacity_start_concurrency", lambda v: v >= 1, "at least 1 request in flight"),
     ("policy.traffic_rps", lambda v: v > 0, "a positive rate in requests/s"),
     ("policy.cost_per_hour", lambda v: v > 0, "a positive price per machine-hour"),
 )

@@ -161,7 +161,8 @@ class ServedRunning(Running):
                                           None if self.local else [], subtract_harness=False)
 
             yield Channel(Conversations().wrap(send), monitor, scrape=lambda: prometheus.scrape_all(http, urls),
-                          split=prometheus.level_split, describe_split=prometheus.split_source)
+                          split=prometheus.level_split, describe_split=prometheus.split_source,
+                          counters=lambda: prometheus.scrape_counters(http, urls))
 
     def warm(self, ids: list[list[int]], new_tokens: int) -> None:
         """A server compiles its own shapes (at start, or in the measurement's warm-up requests)."""

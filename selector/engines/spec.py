@@ -182,6 +182,10 @@ class Engine:
     def display_name(self) -> str:
         return self.label or self.kind
 
+    def context_limit(self) -> int | None:
+        """The longest sequence this engine's settings allow, when they set one below the model's."""
+        return None
+
     def planned_runtime_bytes(self, device: str) -> int | None:
         """What `plan` counts for the engine itself before any weights (None: the process's own,
         measured before the model loads, as the in-process engine does)."""

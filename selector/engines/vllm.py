@@ -82,6 +82,9 @@ class VllmEngine(Engine):
     def measure_material(self) -> dict[str, Any]:
         return {k: v for k, v in super().measure_material().get("vllm", {}).items() if k != "python"}
 
+    def context_limit(self) -> int | None:
+        return self.config.vllm.max_model_len
+
     def check(self, cfg: Any, origin: Any) -> None:
         from selector.serving import vllm
 

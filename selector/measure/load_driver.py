@@ -27,6 +27,7 @@ from selector.engines.base import GenerationRequest
 from selector.engines.trace import RequestTrace
 from selector.errors import ConfigError
 from selector.measure.percentiles import summarize
+from selector.measure.saturation import SaturationWatch
 from selector.measure.utilization import UtilizationMonitor
 from selector.records import LoadLevel, Percentiles
 
@@ -114,6 +115,7 @@ def summarize_level(traces: Sequence[RequestTrace], duration_s: float, slo: dict
         duration_s=duration_s,
         request_throughput=per_s(len(ok)),
         output_tokens_per_s=per_s(sum(t.output_tokens for t in ok)),
+        input_tokens_per_s=per_s(sum(t.prompt_tokens for t in ok)) if any(t.prompt_tokens for t in ok) else None,
         ttft_ms=_percentiles(t.ttft_ms for t in ok),
         itl_ms=_percentiles(g for t in ok for g in t.itl_gaps_ms),
         e2e_ms=e2e,
@@ -146,12 +148,14 @@ def tail_split(ok: Sequence[RequestTrace], e2e: Percentiles | None) -> dict[str,
 # ---- the driver ----------------------------------------------------------------------------
 async def drive_level(send: Send, requests: Sequence[GenerationRequest], *, concurrency: int | None = None,
                       rate_rps: float | None = None, seed: int = 0,
-                      max_duration_s: float = 300.0, arrivals: Sequence[float] | None = None) -> list[RequestTrace]:
+                      max_duration_s: float = 300.0, arrivals: Sequence[float] | None = None,
+                      saturation: SaturationWatch | None = None) -> list[RequestTrace]:
     """Send every request once, N at a time (concurrency) or at Poisson times (rate_rps), or at
     the given send times (arrivals: seconds from the level's start, e.g. a recording's).
 
     Returns one trace per request that was sent, in request order. Past max_duration_s, nothing
-    new is sent and requests still running are cancelled and recorded as errors.
+    new is sent and requests still running are cancelled and recorded as errors; the same when
+    `saturation` (open loop only) finds the level over-saturated, its reason in their error.
     """
     if (concurrency is None) == (rate_rps is None and arrivals is None):
         raise ValueError("give exactly one of concurrency, rate_rps and arrivals")
@@ -188,13 +192,17 @@ async def drive_level(send: Send, requests: Sequence[GenerationRequest], *, conc
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    body = closed_loop() if concurrency else open_loop()
+    if saturation is not None and not concurrency:
+        body = saturation.guard(body, started, traces)
     try:
-        await asyncio.wait_for(closed_loop() if concurrency else open_loop(), timeout=max_duration_s)
+        await asyncio.wait_for(body, timeout=max_duration_s)
     except TimeoutError:
         log.warning("load level %s stopped at max_duration_s=%g s", _label(concurrency, rate_rps), max_duration_s)
     now = time.perf_counter()
+    cut = f"cut off: {saturation.reason}" if saturation is not None and saturation.reason else CUT_OFF
     for i, t0 in started.items():
-        traces.setdefault(i, RequestTrace(sent=t0, end=now, error=CUT_OFF))
+        traces.setdefault(i, RequestTrace(sent=t0, end=now, error=cut))
     return [traces[i] for i in sorted(traces)]
 
 
@@ -203,6 +211,7 @@ class LevelOutcome:
     level: LoadLevel
     traces: list[RequestTrace]
     harness_cpu_pct: float  # the load generator's own CPU, percent of available cores
+    stopped: str = ""  # why the level ended early (over-saturated); "" when it ran to its end
 
 
 def levels_of(cfg: LoadConfig) -> list[tuple[int | None, float | None]]:
@@ -232,9 +241,11 @@ class Channel:
     scrape: Callable[[], Awaitable[Any]] | None = None
     split: Callable[[Any, Any], dict[str, Percentiles]] | None = None
     describe_split: Callable[[Any], tuple[str, str]] | None = None
+    counters: Callable[[], Awaitable[dict[str, float] | None]] | None = None  # a server's counters (prefix cache)
 
     def probe(self, cfg: LoadConfig) -> Probe:
-        return Probe(self.send, cfg, self.monitor, self.after_level, self.scrape, self.split, self.describe_split)
+        return Probe(self.send, cfg, self.monitor, self.after_level, self.scrape, self.split, self.describe_split,
+                     self.counters)
 
 
 @dataclass
@@ -248,6 +259,7 @@ class Probe:
     scrape: Callable[[], Awaitable[Any]] | None = None
     split: Callable[[Any, Any], dict[str, Percentiles]] | None = None
     describe_split: Callable[[Any], tuple[str, str]] | None = None
+    counters: Callable[[], Awaitable[dict[str, float] | None]] | None = None  # a server's counters (prefix cache)
 
     async def warm_up(self, warmup: Sequence[GenerationRequest]) -> None:
         if not warmup:
@@ -258,13 +270,17 @@ class Probe:
             raise RuntimeError(f"every warm-up request failed; the first: {failed[0].error}")
 
     async def level(self, requests: Sequence[GenerationRequest], concurrency: int | None = None,
-                    rate: float | None = None, arrivals: Sequence[float] | None = None) -> LevelOutcome:
-        """One level, measured: its traces, summary, utilisation and (servers) the metrics' split."""
+                    rate: float | None = None, arrivals: Sequence[float] | None = None, seed: int | None = None,
+                    saturation: SaturationWatch | None = None) -> LevelOutcome:
+        """One level, measured: its traces, summary, utilisation and (servers) the metrics' split.
+        seed: the Poisson arrivals' (default cfg.seed); saturation: end it early when over-saturated."""
         cfg = self.cfg
         before = await self.scrape() if self.scrape else None
+        counted = await self.counters() if self.counters else None
         meter = self.monitor().start()
-        traces = await drive_level(self.send, requests, concurrency=concurrency, rate_rps=rate, seed=cfg.seed,
-                                   max_duration_s=cfg.max_duration_s, arrivals=arrivals)
+        traces = await drive_level(self.send, requests, concurrency=concurrency, rate_rps=rate,
+                                   seed=cfg.seed if seed is None else seed, max_duration_s=cfg.max_duration_s,
+                                   arrivals=arrivals, saturation=saturation)
         usage = meter.stop()
         level = summarize_level(traces, level_duration(traces), cfg.slo, concurrency, rate)
         level.cpu_util_pct, level.gpu_util_pct = usage.cpu_util_pct, usage.gpu_util_pct
@@ -276,10 +292,17 @@ class Probe:
                     setattr(level, name, value)
             if self.describe_split and not level.split_source:
                 level.split_source, level.split_note = self.describe_split(after)
+        if self.counters:
+            from selector.serving.prometheus import prefix_cache_hit_rate
+
+            level.prefix_cache_hit_rate = prefix_cache_hit_rate(counted, await self.counters())
         if self.after_level:
             self.after_level()
         _log_level(level, usage.harness_cpu_pct)
-        return LevelOutcome(level, traces, usage.harness_cpu_pct)
+        stopped = saturation.reason if saturation is not None else ""
+        if stopped:
+            log.warning("load %s ended early, %s", _label(concurrency, rate), stopped)
+        return LevelOutcome(level, traces, usage.harness_cpu_pct, stopped)
 
 
 async def run_ladder(
@@ -293,6 +316,7 @@ async def run_ladder(
     split: Callable[[Any, Any], dict[str, Percentiles]] | None = None,
     describe_split: Callable[[Any], tuple[str, str]] | None = None,
     replay: Sequence[float] | None = None,
+    counters: Callable[[], Awaitable[dict[str, float] | None]] | None = None,
 ) -> list[LevelOutcome]:
     """Warm up, then run every level in order.
 
@@ -301,10 +325,11 @@ async def run_ladder(
     the requests themselves carry no split; describe_split: the metrics after a level -> (source,
     note): which server's histograms gave the split, or in words why there is none.
     replay: recorded send times (a request file's): one more level, after the others, at those times.
+    counters: a server's prefix-cache counters before and after a level -> its prefix_cache_hit_rate.
     """
     check_slo(cfg.slo)
     levels = levels_of(cfg) if replay is None or cfg.concurrency or cfg.rates_rps else []
-    probe = Probe(send, cfg, monitor, after_level, scrape, split, describe_split)
+    probe = Probe(send, cfg, monitor, after_level, scrape, split, describe_split, counters)
     await probe.warm_up(warmup)
     outcomes = [await probe.level(requests, concurrency, rate) for concurrency, rate in levels]
     if replay is not None:

@@ -27,7 +27,8 @@ def measure_perf(running: Any, tasks: Any, cfg: SelectorConfig, perf: PerfResult
         running.check_alive(f"the load test (first failed level: {_level_name(failed[0])}, {failed[0].errors} of "
                             f"{failed[0].requests} requests failed)" if failed else "the load test")
     if m.load.capacity:  # on the same engine, after the ladder
-        perf.capacity = run_capacity(running, tasks, cfg)
+        found = run_capacity(running, tasks, cfg)
+        perf.capacity, perf.capacity_concurrency = found.get("rate"), found.get("concurrency")
     return perf
 
 

@@ -1,5 +1,6 @@
 """Real requests as the load set: a JSONL, CSV or Parquet file, one request per row
-(measure.load.requests; the format is in docs/load-testing.md).
+(measure.load.requests; the format is in docs/load-testing.md), or a Mooncake-style trace of
+lengths and shared blocks (selector.measure.traces).
 
 A row carries `prompt` (text) or `messages` (chat), and optionally `max_tokens`, `arrival_s`
 (seconds since the recording started), `session` and `turn`. Turns of a session are sent in
@@ -45,13 +46,50 @@ class ReplayRequest(GenerationRequest):
 
 
 # ---- reading ---------------------------------------------------------------------------------
-def read_request_file(path: str | Path, new_tokens: int, chat: bool = True) -> list[ReplayRequest]:
+def read_request_file(path: str | Path, new_tokens: int, chat: bool = True, tokenizer: Any = None,
+                      seed: int = 0) -> list[ReplayRequest]:
     """The file's requests in file order. chat=False (a plain-prompt model): `prompt` is sent as
-    raw text; otherwise as one user message. Session turns are always chat messages."""
+    raw text; otherwise as one user message. Session turns are always chat messages. A Mooncake-style
+    trace (selector.measure.traces) has its prompts synthesised with `tokenizer` (a tokenizer, or
+    the folder holding one)."""
+    found, shown = _located(path)
+    from selector.measure import traces
+
+    if traces.is_trace(found):
+        rows = traces.read_trace(found, shown)
+        if tokenizer is None:
+            raise RequestFileError(shown, None, None, "a trace needs the model's tokenizer to synthesise its prompts")
+        if isinstance(tokenizer, (str, Path)):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+        return traces.synthesise(rows, tokenizer, seed)
+    return _read_rows(found, shown, new_tokens, chat)
+
+
+def check_request_file(path: str | Path, new_tokens: int, contexts: dict[str, int] | None = None) -> bool:
+    """Before anything loads: read and check the file (a trace: also each model's context, model
+    name -> tokens); whether its rows carry arrival times."""
+    found, shown = _located(path)
+    from selector.measure import traces
+
+    if traces.is_trace(found):
+        rows = traces.read_trace(found, shown)
+        for model, context in (contexts or {}).items():
+            traces.check_context(rows, shown, context, model)
+        return rows[0].timestamp_ms is not None
+    return has_arrivals(_read_rows(found, shown, new_tokens, chat=True))
+
+
+def _located(path: str | Path) -> tuple[Path, str]:
     found = find_path(path)
     shown = str(path)
     if not found.is_file():
         raise RequestFileError(shown, None, None, "request file not found" if not found.exists() else "not a file")
+    return found, shown
+
+
+def _read_rows(found: Path, shown: str, new_tokens: int, chat: bool) -> list[ReplayRequest]:
     rows = list(_rows(found, shown))
     if not rows:
         raise RequestFileError(shown, None, None, "no requests in this file")

@@ -79,25 +79,27 @@ def load_requests(tasks: Sequence[Any], model_name: str, prompt_style: str, n: i
 
 
 def variant_requests(
-    tasks: Sequence[Any], cfg: SelectorConfig
+    tasks: Sequence[Any], cfg: SelectorConfig, tokenizer: Any = None
 ) -> tuple[list[GenerationRequest], list[GenerationRequest]]:
     """(warm-up requests, measured requests) for a variant: the rows of measure.load.requests when
-    given (every row, every level), else the eval set's prompts cycled to requests_per_level."""
+    given (every row, every level; a trace's prompts synthesised with `tokenizer`, the model's or
+    its folder), else the eval set's prompts cycled to requests_per_level."""
     load = cfg.measure.load
     if load.requests:
-        rows = read_request_file(load.requests, load.new_tokens, chat=cfg.model.prompt_style == "chat")
+        rows = read_request_file(load.requests, load.new_tokens, chat=cfg.model.prompt_style == "chat",
+                                 tokenizer=tokenizer, seed=load.seed)
         return warmup_of(rows, load.warmup_requests), list(rows)
     every = load_requests(tasks, cfg.model.name, cfg.model.prompt_style, load.warmup_requests + load.requests_per_level,
                           load.new_tokens)
     return every[: load.warmup_requests], every[load.warmup_requests :]
 
 
-def capacity_requests(tasks: Sequence[Any], cfg: SelectorConfig) -> tuple[list[GenerationRequest],
-                                                                          list[GenerationRequest]]:
+def capacity_requests(tasks: Sequence[Any], cfg: SelectorConfig, tokenizer: Any = None
+                      ) -> tuple[list[GenerationRequest], list[GenerationRequest]]:
     """(warm-up, one capacity step's requests): the same source, cycled to requests_per_step."""
     from selector.measure.capacity import requests_per_step
 
-    warmup, requests = variant_requests(tasks, cfg)
+    warmup, requests = variant_requests(tasks, cfg, tokenizer)
     n = requests_per_step(cfg.measure.load)
     if cfg.measure.load.requests:
         return warmup, list(cycled(requests, n))  # type: ignore[arg-type]
@@ -112,25 +114,33 @@ async def ladder(probe: Probe, requests: Sequence[GenerationRequest], warmup: Se
                  replay: Sequence[float] | None = None) -> list[LevelOutcome]:
     return await run_ladder(probe.send, requests, probe.cfg, probe.monitor, warmup=warmup,
                             after_level=probe.after_level, scrape=probe.scrape, split=probe.split,
-                            describe_split=probe.describe_split, replay=replay)
+                            describe_split=probe.describe_split, replay=replay, counters=probe.counters)
 
 
 async def capacity(probe: Probe, requests: Sequence[GenerationRequest],
-                   warmup: Sequence[GenerationRequest] = ()) -> CapacityResult:
-    """The capacity search on a warm engine: one warm-up, then every step on the same engine. A
-    step may run past max_duration_s by its own arrival span (slow rates need long steps)."""
-    from selector.measure.capacity import check_capacity, search_capacity
+                   warmup: Sequence[GenerationRequest] = ()) -> dict[str, CapacityResult]:
+    """The capacity searches (measure.load.capacity_on: rate, concurrency or both) on a warm
+    engine: one warm-up, then every probe on the same engine. A rate probe may run past
+    max_duration_s by its own arrival span (slow rates need long probes); run k's arrivals have the
+    seed seed + k; an over-saturated rate probe ends early (capacity_stop_saturated)."""
+    from selector.measure.capacity import check_capacity, search_capacity, searched_axes
+    from selector.measure.saturation import SaturationWatch
 
     check_slo(probe.cfg.slo)
     check_capacity(probe.cfg)
     await probe.warm_up(warmup)
 
-    def at(rate: float) -> Awaitable[LevelOutcome]:
+    def at_rate(rate: float, run: int) -> Awaitable[LevelOutcome]:
         limit = probe.cfg.max_duration_s + len(requests) / rate
         step = dataclasses.replace(probe, cfg=dataclasses.replace(probe.cfg, max_duration_s=limit))
-        return step.level(requests, rate=rate)
+        watch = SaturationWatch.for_rate(rate) if probe.cfg.capacity_stop_saturated else None
+        return step.level(requests, rate=rate, seed=probe.cfg.seed + run, saturation=watch)
 
-    return await search_capacity(at, probe.cfg)
+    def at_concurrency(concurrency: float, run: int) -> Awaitable[LevelOutcome]:
+        return probe.level(requests, concurrency=int(concurrency))
+
+    return {on: await search_capacity(at_rate if on == "rate" else at_concurrency, probe.cfg, on)
+            for on in searched_axes(probe.cfg)}
 
 
 def _interleave(groups: list[list[GenerationRequest]]) -> list[list[GenerationRequest]]:
@@ -156,19 +166,21 @@ def load_batching(cfg: LoadConfig) -> Batching:
 
 
 def run_load(running: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> list[LoadLevel]:
-    """The load test of a variant through its running engine, for PerfResult.load."""
+    """The load test of a variant through its running engine, for PerfResult.load (a trace's
+    prompts synthesised with the engine's tokenizer)."""
     load = cfg.measure.load
-    warmup, requests = variant_requests(tasks, cfg)
+    warmup, requests = variant_requests(tasks, cfg, running.tokenizer)
     running.prepare([*warmup, *requests])
     outcomes = on_engine(running, load_batching(load),
                          lambda channel: ladder(channel.probe(load), requests, warmup, _replay(requests, load)))
     return [o.level for o in outcomes]
 
 
-def run_capacity(running: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> CapacityResult:
-    """The capacity search through the variant's running engine, for PerfResult.capacity."""
+def run_capacity(running: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> dict[str, CapacityResult]:
+    """The capacity searches (measure.load.capacity_on) through the variant's running engine, for
+    PerfResult.capacity (rate) and capacity_concurrency."""
     load = cfg.measure.load
-    warmup, requests = capacity_requests(tasks, cfg)
+    warmup, requests = capacity_requests(tasks, cfg, running.tokenizer)
     running.prepare([*warmup, *requests])
     return on_engine(running, load_batching(load), lambda channel: capacity(channel.probe(load), requests, warmup))
 

@@ -33,6 +33,7 @@ class ArchFacts:
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # "full_attention" / "sliding_attention" per layer, when mixed
     source: str = ""  # where the facts were read
+    context_length: int | None = None  # max_position_embeddings: the longest prompt + output it takes
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], source: str) -> ArchFacts:
@@ -55,6 +56,7 @@ class ArchFacts:
                 sliding_window=text.get("sliding_window"),
                 layer_types=tuple(text.get("layer_types") or ()),
                 source=source,
+                context_length=int(text["max_position_embeddings"]) if text.get("max_position_embeddings") else None,
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(source, field=str(e).strip("'"), problem="not a usable transformers config.json "
@@ -170,6 +172,7 @@ def _arch_from_gguf(path: Path) -> ArchFacts:
         tie_word_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
         attention_bias=any(t.name == "blk.0.attn_q.bias" for t in reader.tensors),
         source=f"{_shown(path)} (GGUF metadata)",
+        context_length=int(get(f"{arch}.context_length")) if get(f"{arch}.context_length") else None,
     )
 
 

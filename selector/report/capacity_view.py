@@ -1,6 +1,7 @@
-"""The report's capacity tables (measure.load.capacity): per variant, the highest arrival rate
-within the SLO, what it serves and uses there and, given policy.traffic_rps, the machines and
-money the user's traffic needs; below, every probe of the search (p95 against rate)."""
+"""The report's capacity tables (measure.load.capacity): per variant and search (rate, concurrency),
+the capacity within the SLO with its confidence interval from repeated runs, what it serves and uses
+there and, given policy.traffic_rps, the machines and money the user's traffic needs; below, every
+probe of the searches (latency against load)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ from typing import Any
 from selector.config import PolicyConfig
 from selector.report import fmt
 from selector.report.view import Cell, Table, order_records
-from selector.selection.cost import money, record_cost, slo_words
-from selector.records import RunRecord
+from selector.selection.cost import money, planning_capacity, record_cost, slo_words
+from selector.records import CapacityResult, RunRecord
+
+
+def searches(record: RunRecord) -> list[CapacityResult]:
+    perf = record.perf
+    return [c for c in (perf.capacity, perf.capacity_concurrency) if c is not None] if perf else []
 
 
 def with_capacity(records: list[RunRecord]) -> list[RunRecord]:
-    return [r for r in order_records(records) if r.perf and r.perf.capacity]
+    return [r for r in order_records(records) if searches(r)]
 
 
 def policy_of(selection_policy: dict[str, Any] | None) -> PolicyConfig | None:
@@ -28,68 +34,114 @@ def _pct(value: float | None) -> Cell:
     return Cell(f"{value:.0f}%" if value is not None else fmt.DASH, "num" if value is not None else "num muted")
 
 
+def _unit(c: CapacityResult) -> str:
+    return "req/s" if c.on == "rate" else "in flight"
+
+
+def held(c: CapacityResult) -> Cell:
+    """The capacity in the search's unit; under it where it fails (rate) or what it serves (concurrency)."""
+    if c.estimate is None:
+        lowest = min((s.at for s in c.steps), default=None)
+        return Cell(f"< {fmt.sig(lowest)} {_unit(c)}", "num below", "even the lowest level probed broke the SLO")
+    if c.on == "concurrency":
+        return Cell(f"{fmt.sig(c.capacity_concurrency)} in flight", "num strong",
+                    sub=f"{fmt.sig(c.capacity_rps)} req/s served" if c.capacity_rps else "")
+    fails = c.failed_rps
+    if fails is None:
+        sub = "none failed"
+    elif fails > c.capacity_rps:  # type: ignore[operator]
+        sub = f"fails at {fmt.sig(fails)}"
+    else:  # a run that never crossed pulled the estimate below where the combined runs fail
+        sub = f"runs combined: over from {fmt.sig(fails)}"
+    return Cell(f"{fmt.sig(c.capacity_rps)} req/s", "num strong", sub=sub)
+
+
+def interval_cell(c: CapacityResult) -> Cell:
+    if c.low is None or c.high is None:
+        why = "one run per level (capacity_repeats=1)" if c.estimate is not None else ""
+        return Cell(fmt.DASH, "num muted", why)
+    straddle = (f"straddles the SLO at {', '.join(fmt.sig(x) for x in c.straddles)}" if c.straddles else "")
+    return Cell(f"{fmt.sig(c.low)} – {fmt.sig(c.high)}", "num", f"{len(c.runs)} runs' crossings: "
+                + ", ".join(fmt.sig(x) for x in c.runs), sub=straddle)
+
+
 def capacity_table(records: list[RunRecord], policy: PolicyConfig | None = None) -> Table | None:
     found = with_capacity(records)
     if not found:
         return None
     traffic = bool(policy and policy.traffic_rps)
     priced = traffic and any(record_cost(r, policy) for r in found)  # type: ignore[arg-type]
-    columns = ["variant", "capacity req/s", "output tok/s", "CPU", "GPU", "probes", "search time"]
-    columns += ["instances", "per month", "per M output tokens"] if priced else []
+    first = searches(found[0])[0]
+    columns = ["variant", "capacity", f"{first.confidence:.0%} interval", "output tok/s", "CPU", "GPU", "probes",
+               "search time"]
+    columns += ["instances", "per month", "per M input tokens", "per M output tokens", "per M tokens"] if priced else []
     table = Table(columns=columns)
-    notes = []
+    notes, lower = [], False
     for r in found:
-        c = r.perf.capacity  # type: ignore[union-attr]
-        if c.capacity_rps is None:
-            held = Cell(f"< {fmt.sig(c.failed_rps)}", "num below", "even the lowest rate probed broke the SLO")
-        else:
-            held = Cell(fmt.sig(c.capacity_rps), "num strong",
-                        sub=f"fails at {fmt.sig(c.failed_rps)}" if c.failed_rps else "none failed")
-        row = [Cell(r.name, "name"), held, Cell(fmt.sig(c.output_tokens_per_s), "num"), _pct(c.cpu_util_pct),
-               _pct(c.gpu_util_pct), Cell(str(len(c.steps)), "num"), Cell(fmt.seconds(c.wall_s), "num")]
-        if priced:
-            cost = record_cost(r, policy)  # type: ignore[arg-type]
-            if cost is None:
-                row += [Cell(fmt.DASH, "num muted")] * 3
-            else:
-                per_m = money(cost.cost_per_million_tokens) if cost.cost_per_million_tokens else fmt.DASH
-                row += [Cell(str(cost.instances), "num"), Cell(money(cost.cost_per_month), "num"), Cell(per_m, "num")]
-        table.rows.append(row)
-        if c.note:
-            notes.append(f"{r.name}: {c.note}.")
-    first = found[0].perf.capacity  # type: ignore[union-attr]
+        planned = planning_capacity(r)
+        for c in searches(r):
+            row = [Cell(r.name, "name", sub=f"by {c.on}"), held(c), interval_cell(c), Cell(fmt.sig(c.output_tokens_per_s), "num"),
+                   _pct(c.cpu_util_pct), _pct(c.gpu_util_pct), Cell(str(len(c.steps)), "num"),
+                   Cell(fmt.seconds(c.wall_s), "num")]
+            if priced:
+                cost = record_cost(r, policy) if c is planned else None  # type: ignore[arg-type]
+                if cost is None:
+                    row += [Cell(fmt.DASH, "num muted")] * 5
+                else:
+                    lower |= cost.planned_on == "lower bound"
+                    row += [Cell(str(cost.instances), "num", sub=f"at {fmt.sig(cost.capacity_rps)} req/s each"),
+                            Cell(money(cost.cost_per_month), "num")]
+                    row += [Cell(money(x) if x else fmt.DASH, "num" if x else "num muted")
+                            for x in (cost.per_million_input, cost.per_million_output, cost.per_million_total)]
+            table.rows.append(row)
+            if c.note:
+                notes.append(f"{r.name} by {c.on}: {c.note}.")
     table.note = " ".join([
-        f"The highest Poisson arrival rate whose requests met {slo_words(first.slo)} at the upper "
-        f"{first.confidence:.0%} confidence bound (failed requests count as too slow), found by doubling or "
-        f"halving then bisecting to within {first.tolerance:.0%}; {first.requests_per_step} requests a probe. "
-        "CPU and GPU: utilisation of the machine at that rate.",
-        (f"Cost: ceil({policy.traffic_rps:g} req/s / capacity) machines at policy.cost_per_hour, 730 hours a month."
+        f"The highest Poisson arrival rate (by rate) or number of requests in flight (by concurrency) at which a run "
+        f"of {first.requests_per_step} requests meets {slo_words(first.slo)} (failed requests count as too slow): "
+        "each run's crossing of the SLO, interpolated between its probes; the capacity is their geometric mean and "
+        f"the interval Student's t over the runs at {first.confidence:.0%}. CPU and GPU: utilisation of the machine "
+        "at the highest level within the SLO.",
+        (f"Cost: ceil({policy.traffic_rps:g} req/s / capacity) machines at policy.cost_per_hour, 730 hours a month"  # type: ignore[union-attr]
+         + (", the capacity taken at its interval's lower bound" if lower else "")
+         + "; per million tokens of each kind: the monthly cost over that kind's tokens a month at the traffic."
          if priced else ""),
         *notes]).strip()
     return table
 
 
 def curve_table(records: list[RunRecord]) -> Table | None:
-    """Every probe, by rate: what each rate gave, p95 against rate."""
+    """Every probe, by level: what each run gave, latency against load."""
     found = with_capacity(records)
     if not found:
         return None
-    table = Table(columns=["variant", "offered req/s", "within SLO", "served req/s", "TTFT p95 ms", "ITL p95 ms",
-                           "e2e p95 ms", "errors", "upper bounds"])
+    cached = any(s.level.prefix_cache_hit_rate is not None for r in found for c in searches(r) for s in c.steps)
+    table = Table(columns=["variant", "level", "run", "within SLO", "served req/s", "TTFT p95 ms", "ITL p95 ms",
+                           "e2e p95 ms", "errors", "estimate / limit", *(["prefix cache"] if cached else [])])
     for r in found:
-        for step in sorted(r.perf.capacity.steps, key=lambda s: s.rate_rps):  # type: ignore[union-attr]
-            lv = step.level
-            bounds = ", ".join(f"{k} {fmt.millis(v['upper']) if v['upper'] is not None else 'inf'}"
-                               f" / {fmt.millis(v['limit'])}" for k, v in step.checks.items())
-            p95 = lambda d: fmt.millis(d.p95 if d else None)  # noqa: E731
-            table.rows.append([
-                Cell(r.name, "name"), Cell(fmt.sig(step.rate_rps), "num"),
-                Cell("yes" if step.passed else "no", "" if step.passed else "below"),
-                Cell(fmt.sig(lv.request_throughput), "num"), Cell(p95(lv.ttft_ms), "num"), Cell(p95(lv.itl_ms), "num"),
-                Cell(p95(lv.e2e_ms), "num"), Cell(f"{lv.errors} of {lv.requests}", "num below" if lv.errors else "num"),
-                Cell(bounds, "reasons"),
-            ])
-    table.note = ("Each probe of the capacity search, slowest rate first. Upper bounds: each limit's percentile "
-                  "bounded from above at the stated confidence, against the limit (inf: a request failed or was cut "
-                  "off, or too few to bound).")
+        for c in searches(r):
+            for step in sorted(c.steps, key=lambda s: (s.at, s.repeat)):
+                lv = step.level
+                shown = ", ".join(f"{k} {fmt.millis(v['estimate']) if v.get('estimate') is not None else 'inf'}"
+                                  f" / {fmt.millis(v['limit'])}" for k, v in step.checks.items())
+                p95 = lambda d: fmt.millis(d.p95 if d else None)  # noqa: E731
+                fit = "" if step.within_fit is None or step.within_fit == step.passed else (
+                    f"combined runs: {'within' if step.within_fit else 'over'}")
+                within = Cell("yes" if step.passed else "no", "" if step.passed else "below",
+                              step.stopped, sub=fit or ("over-saturated" if step.stopped else ""))
+                level = f"{fmt.sig(step.at)} req/s" if c.on == "rate" else f"{step.concurrency} in flight"
+                row = [Cell(r.name, "name"), Cell(level, "num"), Cell(str(step.repeat), "num"), within,
+                       Cell(fmt.sig(lv.request_throughput), "num"), Cell(p95(lv.ttft_ms), "num"),
+                       Cell(p95(lv.itl_ms), "num"), Cell(p95(lv.e2e_ms), "num"),
+                       Cell(f"{lv.errors} of {lv.requests}", "num below" if lv.errors else "num"),
+                       Cell(shown, "reasons")]
+                if cached:
+                    rate = lv.prefix_cache_hit_rate
+                    row.append(Cell(f"{rate:.0%}" if rate is not None else fmt.DASH, "num"))
+                table.rows.append(row)
+    table.note = ("Each probe of the capacity searches, lowest level first; run 0 located the boundary, runs 1, 2, ... "
+                  "repeated it with their own arrivals. Estimate / limit: each limited percentile of the probe "
+                  "(inf: it fell on a failed or cut-off request). 'Combined runs': every run at that level together, "
+                  "made monotone over the levels, where it differs from this run's own verdict."
+                  + (" Prefix cache: share of the probe's prompt tokens the server found cached." if cached else ""))
     return table

@@ -47,20 +47,31 @@ def goodput(level: LoadLevel) -> Cell:
 
 
 def levels_table(records: list[RunRecord]) -> Table:
+    loaded = with_load(records)
+    cached = any(lv.prefix_cache_hit_rate is not None for r in loaded for lv in r.perf.load)  # type: ignore[union-attr]
     table = Table(columns=["variant", "level", "req/s", "output tok/s", "TTFT p50 / p95 / p99 ms",
-                           "ITL p50 / p95 / p99 ms", "e2e p50 / p95 / p99 ms", "errors", "goodput"])
-    for r in with_load(records):
+                           "ITL p50 / p95 / p99 ms", "e2e p50 / p95 / p99 ms", "errors", "goodput",
+                           *(["prefix cache"] if cached else [])])
+    for r in loaded:
         for lv in sorted_levels(r.perf.load):  # type: ignore[union-attr]
             table.rows.append([
                 Cell(r.name, "name"), Cell(short_level(lv)), Cell(fmt.sig(lv.request_throughput), "num"),
                 Cell(fmt.sig(lv.output_tokens_per_s), "num"), Cell(triple(lv.ttft_ms), "num"),
                 Cell(triple(lv.itl_ms), "num"), Cell(triple(lv.e2e_ms), "num"),
                 Cell(f"{lv.errors} of {lv.requests}", "num below" if lv.errors else "num"), goodput(lv),
+                *([prefix_cache(lv)] if cached else []),
             ])
     table.note = ("Each level replays the same requests (the eval set's generation prompts, or measure.load.requests; "
                   "'recorded': that file's arrival times, stretched by measure.load.time_scale). Latencies of successful "
-                  "requests; goodput: requests per second that met every limit of measure.load.slo.")
+                  "requests; goodput: requests per second that met every limit of measure.load.slo."
+                  + (" Prefix cache: share of the level's prompt tokens the server found in its prefix cache (vLLM's "
+                     "/metrics)." if cached else ""))
     return table
+
+
+def prefix_cache(level: LoadLevel) -> Cell:
+    rate = level.prefix_cache_hit_rate
+    return Cell(f"{rate:.0%}" if rate is not None else fmt.DASH, "num" if rate is not None else "num muted")
 
 
 def split_table(records: list[RunRecord]) -> Table:

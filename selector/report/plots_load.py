@@ -128,9 +128,9 @@ def settings_tradeoff(records: list[RunRecord], selection: Selection) -> Plot | 
 
 
 def capacity_curve(records: list[RunRecord]) -> Plot | None:
-    """The capacity search's probes: p95 of each percentile-limited figure against the offered rate,
-    the limit as a line, the capacity marked; one panel per variant's figure would be too many, so
-    one axis, e2e p95 where limited, else the first limited figure."""
+    """The rate search's probes: p95 of the percentile-limited figure against the offered rate, one
+    point per run, the runs' mean per rate as a line, the limit as a line, the capacity and its
+    interval marked; one axis, e2e p95 where limited, else the first limited figure."""
     found = [r for r in order_records(records) if r.perf and r.perf.capacity and r.perf.capacity.steps]
     if not found:
         return None
@@ -144,14 +144,21 @@ def capacity_curve(records: list[RunRecord]) -> Plot | None:
             key = "e2e_ms_p95" if "e2e_ms_p95" in cap.slo else next(iter(cap.steps[0].checks), None)
             if key is None:
                 continue
-            steps = sorted(cap.steps, key=lambda s: s.rate_rps)
-            points = [(s.rate_rps, s.checks[key]["estimate"]) for s in steps if s.checks.get(key, {}).get("estimate")]
+            points = [(s.at, s.checks[key]["estimate"]) for s in cap.steps if s.checks.get(key, {}).get("estimate")]
             if not points:
                 continue
             style = dict(color=enc.colour[r.variant.model], marker=enc.marker[r.variant.precision], ms=5)
-            ax.plot(*zip(*points), lw=1.4, label=_text(f"{r.name} ({key})"), **style)
+            by_rate: dict[float, list[float]] = {}
+            for rate, value in points:
+                by_rate.setdefault(rate, []).append(value)
+            rates = sorted(by_rate)
+            ax.plot(rates, [sum(by_rate[x]) / len(by_rate[x]) for x in rates], lw=1.4,
+                    label=_text(f"{r.name} ({key})"), **style)
+            ax.plot(*zip(*points), ls="none", alpha=0.45, **style)
             if cap.capacity_rps:
                 ax.axvline(cap.capacity_rps, color=style["color"], lw=0.8, ls="--")
+            if cap.low is not None and cap.high is not None:
+                ax.axvspan(cap.low, cap.high, color=style["color"], alpha=0.08, lw=0)
             limits.add(cap.slo[key])
         for limit in limits:
             ax.axhline(limit, color="0.4", lw=0.8, ls=":")
@@ -161,6 +168,7 @@ def capacity_curve(records: list[RunRecord]) -> Plot | None:
         ax.set_ylabel("latency percentile (ms, log scale)")
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     title = "Latency vs arrival rate: the capacity search"
-    caption = ("Each probe of the capacity search: the limited percentile at that rate (dotted: the limit; dashed: "
-               "the capacity found, the highest rate whose upper confidence bound met every limit).")
+    caption = ("Each probe of the capacity search by rate (faint: one run; line: the runs' mean at that rate), the "
+               "limited percentile against the offered rate (dotted: the limit; dashed: the capacity, the geometric "
+               "mean of the runs' crossings; shaded: its confidence interval).")
     return Plot("plot-capacity", title, caption, _svg(fig, "plot-capacity", title))

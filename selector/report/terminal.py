@@ -110,8 +110,9 @@ def _capacity_table(records: list[RunRecord], selection: Selection) -> Renderabl
     table = RichTable(title="Capacity at the SLO", title_justify="left", header_style="bold")
     for i, header in enumerate(found.columns):
         table.add_column(header, justify="left" if i == 0 else "right", no_wrap=i > 0)
-    for row in found.rows:
-        table.add_row(*(Text(c.text, style="red" if "below" in c.kind else "") for c in row))
+    for row in found.rows:  # the variant's cell says which search (by rate, by concurrency)
+        table.add_row(*(Text(c.text + (f" {c.sub}" if i == 0 and c.sub else ""), style="red" if "below" in c.kind else "")
+                        for i, c in enumerate(row)))
     return Group(table, Text(found.note, style="dim"))
 
 

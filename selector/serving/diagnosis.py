@@ -82,7 +82,11 @@ class Diagnosis:
 
 
 def level_label(level: LoadLevel) -> str:
-    return f"concurrency {level.concurrency}" if level.concurrency is not None else f"{level.rate_rps:g} req/s"
+    if level.concurrency is not None:
+        return f"concurrency {level.concurrency}"
+    if level.rate_rps is None:  # a request file's recorded arrivals
+        return f"the recorded arrivals x{level.replay_scale:g}"
+    return f"{level.rate_rps:g} req/s"
 
 
 def shares(level: LoadLevel) -> tuple[dict[str, float], str]:

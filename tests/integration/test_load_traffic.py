@@ -95,12 +95,13 @@ def test_capacity_search_on_a_served_variant_with_a_known_service_time(slow_serv
     cfg = compose(["measure=load-quick", f"measure.load.requests={path}", "measure.load.capacity=true",
                    "measure.load.slo.e2e_ms_p80=300", "measure.load.capacity_confidence=0.8",
                    "measure.load.requests_per_level=24", "measure.load.capacity_start_rps=2",
-                   "measure.load.capacity_tolerance=0.15", "measure.load.max_duration_s=60"])
-    result = run_capacity(slow_server, [], cfg)
+                   "measure.load.capacity_repeats=2", "measure.load.max_duration_s=60"])
+    result = run_capacity(slow_server, [], cfg)["rate"]
     rates = [s.rate_rps for s in result.steps]
     assert rates[0] == 2.0 and all(s.level.requests == 24 for s in result.steps)
     assert result.capacity_rps is not None and result.failed_rps is not None, (rates, result.note)
-    assert (result.failed_rps - result.capacity_rps) / result.capacity_rps <= 0.15
+    assert len(result.runs) == 2 and {s.repeat for s in result.steps} == {0, 1}
+    assert result.low is not None and result.low < result.capacity_rps < result.high  # type: ignore[operator]
     # The server's own clock (vLLM's histograms, scraped around the probe) says how long a request
     # held the FIFO; the rest of e2e (HTTP, streaming) happens outside it, side by side.
     lowest = min(result.steps, key=lambda s: s.rate_rps).level
@@ -120,6 +121,7 @@ def test_capacity_search_on_a_served_variant_with_a_known_service_time(slow_serv
     # Every probe went to the one warm server, whose process tree was measured.
     assert result.cpu_util_pct is not None
     assert all(s.level.split_source == "vllm" for s in result.steps)  # /metrics scraped around each probe
+    assert all(s.level.prefix_cache_hit_rate is None for s in result.steps)  # the stand-in has no prefix cache
 
 
 # ---- the whole sweep -------------------------------------------------------------------------
@@ -145,6 +147,7 @@ def test_a_sweep_finds_capacity_and_recommends_the_cheapest_at_the_traffic(tiny_
         cap = r["perf"]["capacity"]
         assert [s["rate_rps"] for s in cap["steps"]] == [2.0, 4.0] and all(s["passed"] for s in cap["steps"])
         assert cap["capacity_rps"] == 4.0 and cap["failed_rps"] is None and "capacity is at least" in cap["note"]
+        assert cap["runs"] == [] and cap["low"] is None  # nothing broke the SLO: no crossing to repeat
         assert r["perf"]["load"] == []  # measure=quick: no ladder, only the search
     (report,) = tiny_setup["out"].glob("sweeps/*/report/report.md")
     md = report.read_text().replace("&lt;", "<")
@@ -165,4 +168,20 @@ def test_a_bad_request_file_or_slo_key_stops_the_sweep_before_anything_loads(tin
     result = run_selector(tiny_setup, "model=tiny", "precision=fp32", "measure.load.capacity=true",
                           "measure.load.slo.e2e_p95=4000")
     assert_usage_error(result, "field 'e2e_p95' not a measured figure nor a percentile")
+    result = run_selector(tiny_setup, "model=tiny", "precision=fp32", "measure.load.capacity=true",
+                          "measure.load.slo.e2e_ms_p95=4000", "measure.load.capacity_repeats=0")
+    assert_usage_error(result, "field 'measure.load.capacity_repeats' must be at least 1 run")
+    # A trace longer than the tiny Llama's 1024 tokens of context, and one whose timestamps go backwards.
+    trace = write_jsonl(tiny_setup["base"] / "trace.jsonl", [
+        {"timestamp": 0, "input_length": 300, "output_length": 8, "hash_ids": [1]},
+        {"timestamp": 10, "input_length": 1020, "output_length": 8, "hash_ids": [1, 2]}])
+    result = run_selector(tiny_setup, "model=tiny", "precision=fp32", "measure=load-quick",
+                          f"measure.load.requests={trace}")
+    assert_usage_error(result, f"{trace}:2: field 'output_length': input_length 1020 + output_length 8 tokens exceeds "
+                               "tiny's context of 1024 tokens")
+    backwards = write_jsonl(tiny_setup["base"] / "backwards.jsonl", [
+        {"timestamp": 10, "input_length": 30, "output_length": 8}, {"timestamp": 5, "input_length": 30, "output_length": 8}])
+    result = run_selector(tiny_setup, "model=tiny", "precision=fp32", "measure=load-quick",
+                          f"measure.load.requests={backwards}")
+    assert_usage_error(result, f"{backwards}:2: field 'timestamp': goes backwards: 5 ms comes after 10 ms")
     assert not list(tiny_setup["out"].glob("sweeps/*/tiny/*/record.json"))

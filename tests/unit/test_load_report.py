@@ -74,3 +74,18 @@ def test_comparison_markdown_escapes_names_and_values() -> None:
     md = render_comparison_markdown(compare(a, b))
     assert "<i>" not in md and "<b>" not in md
     assert r"| experiment | &lt;i&gt;e&lt;/i&gt; | &lt;i&gt;f&lt;/i&gt;\|g |" in md
+
+
+def test_a_servers_prefix_cache_hit_rate_is_a_column_of_every_level(tmp_path: Path) -> None:
+    from selector.trackers.naming import load_metrics
+
+    records = [record(1, 710, 290, 0.5)]
+    md = write_report(records, select(records, PolicyConfig()), {"experiment": "x"}, tmp_path)["md"].read_text()
+    assert "prefix cache" not in md  # in-process: no prefix cache figures, no column
+    for level, rate in zip(records[0].perf.load, (0.25, None)):  # type: ignore[union-attr]
+        level.prefix_cache_hit_rate = rate
+    md = write_report(records, select(records, PolicyConfig()), {"experiment": "x"}, tmp_path)["md"].read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| &lt;b&gt;") and "| c=" in line and "goodput" not in line]
+    assert any(line.rstrip().endswith("| 25% |") for line in rows) and any(line.rstrip().endswith("| — |") for line in rows)
+    assert "share of the level's prompt tokens the server found in its prefix cache" in md
+    assert ("load/prefix_cache_hit_rate", 0.25, 1) in load_metrics(records[0])

@@ -160,3 +160,76 @@ def test_session_turns_go_in_order_with_the_conversation_so_far(mode: dict[str, 
             assert [m["content"] for m in third] == [f"{s}1", "reply to 1 messages", f"{s}2", "reply to 3 messages",
                                                      f"{s}3"]
         assert "standalone" in [m.prompt for m in conversations.sent]
+
+
+# ---- Mooncake-style traces -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from tests.tiny import build_tokenizer
+
+    return build_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+TRACE = [{"timestamp": 0, "input_length": 700, "output_length": 12, "hash_ids": [46, 47]},
+         {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [46, 48]},
+         {"timestamp": 1500, "input_length": 300, "output_length": 9, "hash_ids": [46]},
+         {"timestamp": 2750, "input_length": 1030, "output_length": 3, "hash_ids": [49]}]
+
+
+def test_a_trace_synthesises_prompts_of_its_lengths_sharing_its_blocks(tmp_path: Path, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from selector.measure.requests import check_request_file
+    from selector.measure.traces import BLOCK_TOKENS
+
+    path = jsonl(tmp_path, *TRACE)
+    rows = read_request_file(path, new_tokens=99, tokenizer=tokenizer)
+    ids = [tokenizer(r.prompt).input_ids for r in rows]
+    assert [len(x) for x in ids] == [700, 600, 300, 1030]  # exactly input_length tokens
+    assert all(isinstance(r.prompt, str) for r in rows)  # plain text: no chat template around it
+    assert [r.max_new_tokens for r in rows] == [12, 5, 9, 3] and [r.line for r in rows] == [1, 2, 3, 4]
+    assert has_arrivals(rows) and recorded_arrivals(rows, 2.0) == [0.0, 0.0, 3.0, 5.5]  # ms -> s, time_scale
+    # Block 46 is the first 512 tokens of rows 1-3 (all of row 3's 300); block 47 and 48 differ.
+    assert ids[0][:BLOCK_TOKENS] == ids[1][:BLOCK_TOKENS] and ids[2] == ids[0][:300]
+    assert ids[0][BLOCK_TOKENS:600] != ids[1][BLOCK_TOKENS:600]
+    assert ids[3][:BLOCK_TOKENS] != ids[0][:BLOCK_TOKENS]  # 49 is its own; its second block is the row's own
+    # The same trace synthesises the same prompts (seeded), another seed other ones.
+    assert [r.prompt for r in read_request_file(path, 8, tokenizer=tokenizer)] == [r.prompt for r in rows]
+    assert read_request_file(path, 8, tokenizer=tokenizer, seed=1)[0].prompt != rows[0].prompt
+    assert check_request_file(path, 8, {"tiny": 1040}) is True  # timed; 1030 + 3 fits in 1040
+    with pytest.raises(RequestFileError, match="a trace needs the model's tokenizer"):
+        read_request_file(path, new_tokens=8)
+
+
+@pytest.mark.parametrize("rows, where, problem", [
+    ([{"timestamp": 5, "input_length": 10, "output_length": 2}, {"timestamp": 3, "input_length": 10, "output_length": 2}],
+     ":2: field 'timestamp'", "goes backwards: 3 ms comes after 5 ms (line 1)"),
+    ([{"timestamp": 0, "input_length": 10, "output_length": 2}, {"input_length": 10, "output_length": 2}],
+     ":2: field 'timestamp'", "missing: give a timestamp on every row or on none"),
+    ([{"timestamp": -1, "input_length": 10, "output_length": 2}], ":1: field 'timestamp'", "0 or more milliseconds"),
+    ([{"input_length": 10.5, "output_length": 2}], ":1: field 'input_length'", "whole number of tokens >= 1"),
+    ([{"input_length": 10}], ":1: field 'output_length'", "missing"),
+    ([{"input_length": 600, "output_length": 2, "hash_ids": [1, 2, 3]}], ":1: field 'hash_ids'",
+     "3 blocks of 512 tokens is more than input_length 600 holds (2)"),
+    ([{"input_length": 10, "output_length": 2, "hash_ids": ["a"]}], ":1: field 'hash_ids'", "list of whole numbers"),
+    ([{"input_length": 10, "output_length": 2}, {"input_length": 10, "output_length": 2, "prompt": "x"}],
+     ":2: field 'prompt'", "unknown field of a trace row"),
+])
+def test_each_bad_trace_row_is_one_line_naming_file_line_and_field(tmp_path: Path, rows: list[object], where: str,
+                                                                    problem: str) -> None:
+    from selector.measure.requests import check_request_file
+
+    path = jsonl(tmp_path, *rows)
+    with pytest.raises(RequestFileError) as caught:
+        check_request_file(path, new_tokens=8)
+    message = str(caught.value)
+    assert message.startswith(f"{path}{where}") and problem in message and "\n" not in message
+
+
+def test_a_trace_longer_than_the_models_context_is_refused_naming_the_line(tmp_path: Path) -> None:
+    from selector.measure.requests import check_request_file
+
+    path = jsonl(tmp_path, *TRACE)
+    with pytest.raises(RequestFileError) as caught:
+        check_request_file(path, 8, {"tiny": 1024})
+    assert str(caught.value) == (f"{path}:4: field 'input_length': input_length 1030 + output_length 3 tokens "
+                                 "exceeds tiny's context of 1024 tokens")
+    assert check_request_file(path, 8, {}) is True  # a context not known before loading: checked by the server

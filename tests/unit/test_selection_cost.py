@@ -8,12 +8,13 @@ import pytest
 from selector.config import PolicyConfig
 from selector.errors import ConfigError
 from selector.selection import select
-from selector.selection.cost import HOURS_PER_MONTH, record_cost, slo_words, traffic_cost
+from selector.selection.cost import HOURS_PER_MONTH, record_cost, slo_words, traffic_cost, traffic_sentence
 from selector.records import CapacityResult, CapacityStep, LoadLevel
 from tests.factories import perf, run_record, task_result
 
 
 def capacity(rps: float | None, tokens_per_request: float = 100.0, slo: dict | None = None) -> CapacityResult:
+    """A capacity as records made before intervals were (one run, no token counts kept)."""
     rate = rps if rps is not None else 0.5
     level = LoadLevel(rate_rps=rate, requests=59, errors=0, duration_s=10.0, request_throughput=rate,
                       output_tokens_per_s=rate * tokens_per_request, cpu_util_pct=70.0)
@@ -34,15 +35,21 @@ def record(name: str, weight_gb: float, cap: float | None, accuracy: int = 9):  
 
 
 def test_instances_are_the_ceiling_of_traffic_over_capacity() -> None:
-    cost = traffic_cost(capacity_rps=3.1, traffic_rps=20.0, cost_per_hour=2.0, tokens_per_request=150.0)
+    cost = traffic_cost(capacity_rps=3.1, traffic_rps=20.0, cost_per_hour=2.0, output_tokens_per_request=150.0,
+                        input_tokens_per_request=850.0)
     assert cost.instances == 7  # 20 / 3.1 = 6.45
-    assert cost.cost_per_month == pytest.approx(7 * 2.0 * 730)
-    tokens = 20.0 * 150.0 * 3600 * 730  # output tokens a month at the traffic
-    assert cost.cost_per_million_tokens == pytest.approx(7 * 2.0 * 730 / tokens * 1e6)
+    monthly = 7 * 2.0 * 730
+    assert cost.cost_per_month == pytest.approx(monthly)
+    requests = 20.0 * 3600 * 730  # requests a month at the traffic
+    assert cost.per_million_output == pytest.approx(monthly / (requests * 150) * 1e6)
+    assert cost.per_million_input == pytest.approx(monthly / (requests * 850) * 1e6)
+    assert cost.per_million_total == pytest.approx(monthly / (requests * 1000) * 1e6)
+    assert cost.per_million_input < cost.per_million_output and cost.planned_on == "estimate"
     assert traffic_cost(4.0, 20.0, 1.0).instances == 5  # exactly divisible: no sixth machine
     assert traffic_cost(0.1 + 0.2, 0.9, 1.0).instances == 3  # 0.9 / 0.30000000000000004 rounds the right way
     assert traffic_cost(50.0, 20.0, 1.0).instances == 1
-    assert traffic_cost(4.0, 20.0, 1.0).cost_per_million_tokens is None  # no token count: no per-token price
+    none = traffic_cost(4.0, 20.0, 1.0)
+    assert none.per_million_output is None and none.per_million_total is None  # no token count: no per-token price
     assert HOURS_PER_MONTH == 730
     with pytest.raises(ValueError):
         traffic_cost(0.0, 20.0, 1.0)
@@ -67,7 +74,7 @@ def test_cost_at_traffic_ranks_by_monthly_cost_and_says_it_in_the_headline() -> 
             "about $10,220 per month ($1.94 per million output tokens).") in s.summary
     assert s.summary.startswith("Recommend big/bf16: the cheapest variant at your traffic")
     cost = record_cost(records[1], policy)
-    assert cost is not None and cost.tokens_per_request == pytest.approx(100.0)
+    assert cost is not None and cost.output_tokens_per_request == pytest.approx(100.0)
     # Under another objective the traffic sentence still follows the recommendation.
     s = select(records, PolicyConfig(floors={"t": 0.8}, traffic_rps=20.0, cost_per_hour=2.0))
     assert s.winner == "slow/bf16" and "slow/bf16 does not hold p95 e2e <= 4 s on this machine even at 0.5 req/s" \
@@ -98,14 +105,14 @@ def test_the_report_and_console_show_capacity_cost_and_the_probes(tmp_path) -> N
     md = paths["md"].read_text()
     assert "### Capacity at the SLO" in md and "### Load levels" not in md  # no ladder ran: no empty tables
     row = next(line for line in md.splitlines() if line.startswith("| big/bf16") and "$10,220" in line)
-    assert "3.1" in row and "| 7 |" in row and "$1.94" in row
-    assert "&lt; 0.500" in md and "slow/bf16: even the lowest" in md
+    assert "3.10 req/s" in row and "| 7 (at 3.10 req/s each) |" in row and "$1.94" in row
+    assert "&lt; 0.500 req/s" in md and "slow/bf16 by rate: even the lowest" in md
     assert "ceil(20 req/s / capacity) machines" in md
-    assert "### Latency against arrival rate" in md and "| small/bf16 | 1.00 | yes |" in md
+    assert "### Latency against load" in md and "| small/bf16 | 1.00 req/s | 0 | yes |" in md
     html = paths["html"].read_text()
     assert 'id="load-capacity"' in html and "$10,220" in html
     assert "plot-capacity" in html and "Latency vs arrival rate: the capacity search" in html
-    assert "e2e_ms_p95 1,500 / 4,000" in md or "e2e_ms_p95 1500 / 4000" in md  # each probe's bound and limit
+    assert "e2e_ms_p95 1,000 / 4,000" in md or "e2e_ms_p95 1000 / 4000" in md  # each probe's estimate and limit
     out = io.StringIO()
     Console(file=out, width=200).print(render_terminal_summary(records, s))
     assert "Capacity at the SLO" in out.getvalue() and "$10,220" in out.getvalue()
@@ -145,3 +152,91 @@ def test_no_capacity_anywhere_says_nothing_can_be_ranked_not_that_a_floor_failed
     assert s.winner is None
     assert s.summary.startswith("No variant can be ranked on objective cost_at_traffic: slow/bf16 cost per month")
     assert "measure.load.capacity=true" in s.summary and "floor" not in s.summary.split(":")[0]
+
+
+def interval_capacity(on: str = "rate") -> CapacityResult:
+    """A capacity of today's searches: 5 runs, an interval, token counts, a straddled level."""
+    level = LoadLevel(rate_rps=3.0, concurrency=None, requests=59, errors=0, duration_s=20.0, request_throughput=3.0,
+                      output_tokens_per_s=300.0, input_tokens_per_s=2400.0, cpu_util_pct=80.0)
+    steps = [CapacityStep(**({"rate_rps": 3.0} if on == "rate" else {"concurrency": 6}), repeat=run,
+                          passed=run != 2, level=level, margin=-0.1 if run != 2 else 0.05, within_fit=True,
+                          checks={"e2e_ms_p95": {"estimate": 1800.0, "limit": 2000.0}}) for run in range(5)]
+    figures = ({"capacity_rps": 3.1, "low": 2.6, "high": 3.7, "low_rps": 2.6} if on == "rate" else
+               {"capacity_concurrency": 6.4, "low": 5.2, "high": 7.9, "capacity_rps": 3.0, "low_rps": 2.5})
+    return CapacityResult(slo={"e2e_ms_p95": 2000}, confidence=0.95, tolerance=0.25, requests_per_step=59, on=on,
+                          repeats=5, runs=[2.8, 3.0, 3.1, 3.3, 3.4], straddles=[3.0], steps=steps,
+                          output_tokens_per_s=300.0, input_tokens_per_request=800.0, output_tokens_per_request=100.0,
+                          **figures)
+
+
+def test_machines_are_planned_on_the_intervals_lower_bound_and_the_sentence_says_so() -> None:
+    p = perf()
+    p.capacity = interval_capacity()
+    r = run_record("mid", "int8", [task_result("t", [1.0] * 9 + [0.0])], perf=p)
+    policy = PolicyConfig(traffic_rps=10.0, cost_per_hour=1.0)
+    cost = record_cost(r, policy)
+    assert cost is not None and cost.planned_on == "lower bound" and cost.capacity_rps == 2.6
+    assert cost.instances == 4  # ceil(10 / 2.6); the estimate 3.1 would have said 4 too, 2.6 vs 10/3 = 3.33 ...
+    assert traffic_cost(3.1, 10.0, 1.0).instances == 4 and traffic_cost(2.4, 10.0, 1.0).instances == 5
+    assert cost.per_million_input == pytest.approx(4 * 730 / (10 * 3600 * 730 * 800) * 1e6)
+    assert cost.per_million_total == pytest.approx(4 * 730 / (10 * 3600 * 730 * 900) * 1e6)
+    assert traffic_sentence(r, policy) == (
+        "mid/int8 holds 3.1 req/s (95% interval 2.6-3.7) at p95 e2e <= 2 s on this machine; your 10 req/s needs "
+        "4 of them on the lower bound, about $2,920 per month ($1.11 per million output tokens)")
+    # Without a price the machines still follow from the lower bound.
+    assert traffic_sentence(r, PolicyConfig(traffic_rps=30.0)).endswith("your 30 req/s needs 12 of them on the lower bound")
+
+
+def test_a_concurrency_capacity_is_priced_at_the_requests_it_served() -> None:
+    p = perf()
+    p.capacity_concurrency = interval_capacity("concurrency")
+    r = run_record("mid", "int8", [task_result("t", [1.0] * 9 + [0.0])], perf=p)
+    cost = record_cost(r, PolicyConfig(traffic_rps=10.0, cost_per_hour=1.0))
+    assert cost is not None and cost.capacity_rps == 2.5 and cost.instances == 4
+    assert traffic_sentence(r, PolicyConfig(traffic_rps=10.0, cost_per_hour=1.0)).startswith(
+        "mid/int8 holds 6.4 requests in flight (3 req/s; 95% interval 5.2-7.9 in flight) at p95 e2e <= 2 s")
+    p.capacity = interval_capacity()  # both searched: the rate's plans the traffic
+    assert record_cost(r, PolicyConfig(traffic_rps=10.0, cost_per_hour=1.0)).capacity_rps == 2.6  # type: ignore[union-attr]
+
+
+def test_the_report_shows_the_interval_the_straddle_and_the_price_of_each_kind_of_token(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from selector.report import write_report
+    from selector.trackers.naming import load_metrics, record_metrics
+
+    p = perf()
+    p.capacity, p.capacity_concurrency = interval_capacity(), interval_capacity("concurrency")
+    r = run_record("mid", "int8", [task_result("t", [1.0] * 9 + [0.0])], perf=p)
+    policy = PolicyConfig(floors={"t": 0.8}, traffic_rps=10.0, cost_per_hour=1.0)
+    md = write_report([r], select([r], policy), {"experiment": "x"}, tmp_path)["md"].read_text()
+    rate_row = next(line for line in md.splitlines() if line.startswith("| mid/int8 (by rate)"))
+    assert "3.10 req/s" in rate_row and "2.60 – 3.70 (straddles the SLO at 3.00)" in rate_row
+    assert "| 4 (at 2.60 req/s each) | $2,920 | $0.14 | $1.11 | $0.12 |" in rate_row
+    conc_row = next(line for line in md.splitlines() if line.startswith("| mid/int8 (by concurrency)"))
+    assert "**6.40 in flight** (3.00 req/s served)" in conc_row and "5.20 – 7.90" in conc_row
+    assert "the capacity taken at its interval's lower bound" in md and "Student's t over the runs at 95%" in md
+    assert "| mid/int8 | 3.00 req/s | 2 | no (combined runs: within) |" in md  # the run that broke the SLO
+    m = record_metrics(r)
+    assert m["capacity/low"] == 2.6 and m["capacity/high"] == 3.7 and m["capacity/runs"] == 5
+    assert m["capacity/straddles"] == 1 and m["capacity_concurrency/concurrency"] == 6.4
+    assert m["capacity_concurrency/low_rps"] == 2.5 and m["capacity/input_tokens_per_request"] == 800
+    steps = load_metrics(r)
+    assert ("capacity_probe/run", 2.0, 2) in steps and ("capacity_concurrency_probe/concurrency", 6.0, 0) in steps
+    import io
+
+    from rich.console import Console
+
+    from selector.report import render_terminal_summary
+
+    out = io.StringIO()
+    Console(file=out, width=250).print(render_terminal_summary([r], select([r], policy)))
+    assert "mid/int8 by rate" in out.getvalue() and "mid/int8 by concurrency" in out.getvalue()
+
+
+def test_a_run_that_never_crossed_is_said_where_the_combined_runs_fail_below_the_estimate() -> None:
+    from selector.report.capacity_view import held
+
+    c = interval_capacity()
+    c.failed_rps = 4.0
+    assert held(c).sub == "fails at 4.00"
+    c.failed_rps = 2.2  # one run failed at every rate it tried: the combined runs are over from 2.2
+    assert held(c).sub == "runs combined: over from 2.20"
