@@ -223,28 +223,32 @@ def compare(ref: Reference, logq: Any) -> tuple[Any, Any]:
     return kl, agree
 
 
+REST_FLOOR = 1e-6  # the least rest mass a server's float32 log-probabilities can resolve
+
+
 def compare_top(ref: Reference, ids: Any, logq: Any) -> tuple[Any, Any]:
     """The same with only the variant's top-k per position known (a server's log-probabilities):
-    the buckets are the baseline's top tokens among them, plus everything else on both sides."""
+    the buckets are the baseline's top tokens among them, plus everything else on both sides.
+
+    Both rest masses are known: the baseline's exactly (its other top tokens and its own rest), the
+    variant's as one minus what the buckets hold. That difference is computed in float64 and taken
+    as at least the mass of the variant's named tokens outside the buckets, and at least
+    REST_FLOOR: float32 log-probabilities summing to a hair over 1 must not make the rest empty (an
+    infinite KL). Raising the variant's rest mass only lowers the figure, so it stays a lower bound."""
     import torch
 
     match = ref.ids.unsqueeze(-1) == ids.unsqueeze(-2)  # [positions, K_ref, k]: the same token
     known = match.any(-1)
-    q_top = torch.where(match, logq.unsqueeze(-2), torch.full_like(logq.unsqueeze(-2), float("-inf"))).amax(-1)
-    p_in = torch.where(known, ref.logp, torch.full_like(ref.logp, float("-inf")))
-    p_rest = _log1m_exp(torch.logsumexp(p_in, -1))
-    q_rest = _log1m_exp(torch.logsumexp(torch.where(known, q_top, torch.full_like(q_top, float("-inf"))), -1))
-    kl = _bucketed_kl(ref.logp, q_top, p_rest, q_rest, known)
+    minus_inf = torch.tensor(float("-inf"), dtype=logq.dtype)
+    q_top = torch.where(match, logq.unsqueeze(-2), minus_inf).amax(-1)
+    p_rest = torch.logaddexp(torch.where(known, torch.tensor(float("-inf"), dtype=ref.logp.dtype), ref.logp)
+                             .logsumexp(-1), ref.rest)
+    q_in = torch.where(known, q_top, minus_inf).double().exp().sum(-1)
+    q_named_out = torch.where(match.any(-2), minus_inf, logq).double().exp().sum(-1)  # the variant's, not bucketed
+    q_rest = torch.log(torch.maximum(torch.maximum(1 - q_in, q_named_out), torch.tensor(REST_FLOOR, dtype=torch.float64)))
+    kl = _bucketed_kl(ref.logp, q_top, p_rest, q_rest.to(ref.logp.dtype), known)
     agree = ids[:, 0] == ref.ids[:, 0]
     return kl, agree
-
-
-def _log1m_exp(x: Any) -> Any:
-    """log(1 - exp(x)) for x <= 0 (the log of the mass outside a set whose log-mass is x)."""
-    import torch
-
-    x = x.clamp(max=0.0)  # a sum a rounding error puts above 1 leaves nothing outside
-    return torch.where(x > -0.693, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
 
 
 def _bucketed_kl(p_top: Any, q_top: Any, p_rest: Any, q_rest: Any, buckets: Any) -> Any:

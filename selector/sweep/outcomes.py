@@ -57,7 +57,7 @@ def outcome_of(record: RunRecord | None, verdict: Any, policy: Any) -> Outcome:
     items = record.search.items_evaluated if record.search else None
     if record.status == "stopped":
         return Outcome("stopped", record.reason, items=items, in_sequence=in_sequence(record, policy),
-                       shortfall=_stopped_shortfall(record))
+                       shortfall=stopped_shortfall(record))
     if record.status in ("failed", "skipped"):
         return Outcome(record.status, record.reason, items=items)
     if verdict is not None and verdict.status in ("winner", "eligible"):
@@ -71,7 +71,7 @@ def outcome_of(record: RunRecord | None, verdict: Any, policy: Any) -> Outcome:
                    shortfall=_full_set_shortfall(record, verdict))
 
 
-def _stopped_shortfall(record: RunRecord) -> Shortfall | None:
+def stopped_shortfall(record: RunRecord) -> Shortfall | None:
     """The anytime bound a variant was stopped with, when a floor (not a margin) stopped it."""
     info = record.search
     if info is None or info.floor is None or info.bound is None or not info.task:

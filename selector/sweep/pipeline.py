@@ -137,7 +137,7 @@ class VariantRun:
         if compared is not None:
             self._compare_engines(*compared)
         if self.decision is not None:  # stopped early: what it weighs, and nothing else to measure
-            if cfg.measure.fidelity and cfg.precision.name == cfg.baseline_precision:
+            if cfg.measure.fidelity and cfg.precision.name == cfg.baseline_precision and not self._spares_siblings():
                 with self.timed("fidelity"):  # but a baseline still leaves its siblings their reference
                     measure_fidelity(running, tasks, cfg)
             return
@@ -153,6 +153,16 @@ class VariantRun:
         with self.timed("measure"):
             self.record.perf = PerfResult(device=device)
             measure_perf(running, tasks, cfg, self.record.perf)
+
+    def _spares_siblings(self) -> bool:
+        """A stopped baseline too far below a floor for any quantized copy to pass it: the search
+        will not run its siblings (search.sibling_margin), so none needs its fidelity reference."""
+        from selector.sweep.outcomes import stopped_shortfall
+
+        search = self.cfg.search
+        shortfall = stopped_shortfall(self.record)
+        return (search.strategy == "adaptive" and not search.complete and search.sibling_margin is not None
+                and shortfall is not None and shortfall.gap > search.sibling_margin)
 
     def _check_available(self, device: str) -> None:
         from selector.sweep.availability import availability

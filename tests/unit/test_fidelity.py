@@ -132,6 +132,18 @@ def test_a_servers_top_k_matches_a_hand_computed_case() -> None:
     assert not agree.item()  # the server's most likely token is 1, the baseline's 0
 
 
+def test_a_servers_top_k_that_rounds_to_all_the_mass_stays_finite_and_a_lower_bound() -> None:
+    """A peaked distribution: the variant's top tokens hold all but 1e-9 of its mass, and float32
+    log-probabilities sum to a hair over 1. The rest is taken as at least REST_FLOOR, never empty."""
+    p = torch.log(torch.tensor([[0.99, 0.009, 0.0009, 0.0001]], dtype=torch.float64))
+    q = torch.log(torch.tensor([[0.999999999, 5e-10, 3e-10, 2e-10]], dtype=torch.float64))
+    ids = torch.tensor([[0]])
+    logq = torch.tensor([[1e-7]], dtype=torch.float32)  # log of 1.0000001: rounding above 1
+    kl, agree = compare_top(reference_of(p.float(), 2), ids, logq)
+    assert torch.isfinite(kl).all() and agree.all()
+    assert kl.item() <= full_kl(p, q).item()
+
+
 def test_reference_file_round_trip(tmp_path: Path) -> None:
     ref = reference_of(random_logp(7, 30, 5).float(), 10)
     path = tmp_path / "fidelity" / "m-abc.safetensors"
