@@ -1,11 +1,21 @@
-"""Running the product the way a user does (`python -m selector ...`) and reading its MLflow store."""
+"""Running the product the way a user does (`python -m selector ...`) and reading its MLflow store.
+
+`run_selector` starts the command line as a process of its own. Input that must stop before anything
+loads runs through `run_in_process`: the command line's own entry (selector.cli.main) in the test's
+process, with its exit code, stdout and stderr caught as a process would give them, without the
+seconds a new Python spends importing torch and MLflow. tests/integration/test_sweep_tiny.py keeps
+a real process for the exit code and the absence of a traceback.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +36,49 @@ def run_selector(setup: dict[str, Path], *overrides: str, env: dict[str, str] | 
                  timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run(selector_cmd(setup, *overrides), capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def run_in_process(setup: dict[str, Path], *overrides: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m selector` with these overrides, run by selector.cli.main in this process from the
+    repository root, as run_selector runs it; what Hydra changes in the process is put back after."""
+    from selector import cli
+    from selector.api import _hydra_in_this_process
+
+    argv = selector_cmd(setup, *overrides)[3:]
+    out, err = io.StringIO(), io.StringIO()
+    code: int | str | None = 0
+    with _hydra_in_this_process(), _environment(env or {}), _cwd(ROOT), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main(argv)
+        except SystemExit as e:
+            code = e.code
+    returncode = code if isinstance(code, int) else 0 if code is None else 1
+    return subprocess.CompletedProcess(argv, returncode, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _cwd(path: Path) -> Iterator[None]:
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 def start_selector(setup: dict[str, Path], *overrides: str, env: dict[str, str] | None = None) -> subprocess.Popen:
