@@ -38,23 +38,28 @@ def run_selector(setup: dict[str, Path], *overrides: str, env: dict[str, str] | 
                           cwd=ROOT, env={**os.environ, **(env or {})})
 
 
-def run_in_process(setup: dict[str, Path], *overrides: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`python -m selector` with these overrides, run by selector.cli.main in this process from the
-    repository root, as run_selector runs it; what Hydra changes in the process is put back after."""
+def run_in_process(setup: dict[str, Path], *overrides: str,
+                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m selector` with these overrides, run in this process as run_selector runs it."""
+    return cli_in_process(*selector_cmd(setup, *overrides)[3:], env=env)
+
+
+def cli_in_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m selector ARGV...` (a sweep or a sub-command) run by selector.cli.main in this process
+    from the repository root; what the Hydra app changes in the process is put back after."""
     from selector import cli
     from selector.api import _hydra_in_this_process
 
-    argv = selector_cmd(setup, *overrides)[3:]
     out, err = io.StringIO(), io.StringIO()
     code: int | str | None = 0
     with _hydra_in_this_process(), _environment(env or {}), _cwd(ROOT), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            cli.main(argv)
+            cli.main(list(argv))
         except SystemExit as e:
             code = e.code
     returncode = code if isinstance(code, int) else 0 if code is None else 1
-    return subprocess.CompletedProcess(argv, returncode, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(list(argv), returncode, out.getvalue(), err.getvalue())
 
 
 @contextlib.contextmanager

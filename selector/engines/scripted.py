@@ -77,6 +77,13 @@ def _draw(*parts: object) -> int:
     return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8], "big")
 
 
+def _normal(size: int, *parts: object) -> Any:
+    """`size` standard normal numbers, fixed for these parts."""
+    import numpy as np
+
+    return np.random.default_rng(_draw(*parts)).standard_normal(size)
+
+
 class ScriptedRunning(Running):
     name = "scripted"
     token_ids = False
@@ -181,9 +188,9 @@ class ScriptedRunning(Running):
             rows = []
             for end in range(max(1, len(ids) - positions + 1), len(ids) + 1):
                 prefix = ",".join(map(str, ids[:end]))
-                logits = 2.0 * np.random.default_rng(_draw(config.seed, model, prefix)).standard_normal(config.vocab)
+                logits = 2.0 * _normal(config.vocab, config.seed, model, prefix)
                 if noise:
-                    logits += noise * np.random.default_rng(_draw(config.seed, model, precision, prefix)).standard_normal(config.vocab)
+                    logits += noise * _normal(config.vocab, config.seed, model, precision, prefix)
                 rows.append(logits)
             yield TopLogprobs(logp=torch.log_softmax(torch.tensor(np.array(rows), dtype=torch.float32), dim=-1))
 

@@ -26,7 +26,8 @@ def tasks() -> list:  # type: ignore[type-arg]
     return load_evalset(DEFAULT_EVALSET, TASKS)
 
 
-def started(tmp_path: Path, tasks: list, precision: str = "bf16", model: str = "tiny", **config: object):  # type: ignore[no-untyped-def, type-arg]
+def started(tmp_path: Path, tasks: list, precision: str = "bf16", model: str = "tiny",  # type: ignore[type-arg]
+            **config: object):  # type: ignore[no-untyped-def]
     engine_config = ScriptedEngineConfig(**config)  # type: ignore[arg-type]
     cfg = selector_config(tmp_path, model, precision, engine=engine_config)
     return ScriptedEngine(engine_config).start(StartContext(cfg, "cpu", tmp_path, tasks)), cfg
@@ -38,14 +39,16 @@ def scores(running, cfg, tasks) -> dict[str, dict[str, float]]:  # type: ignore[
             for t in tasks}
 
 
-def test_accuracy_one_answers_every_item_right_and_zero_none(tmp_path: Path, tasks: list) -> None:  # type: ignore[type-arg]
+def test_accuracy_one_answers_every_item_right_and_zero_none(tmp_path: Path,
+                                                           tasks: list) -> None:  # type: ignore[type-arg]
     running, cfg = started(tmp_path, tasks, accuracy={"bf16": {"sentiment": 1.0, "arithmetic": 0.0}})
     got, sizes = scores(running, cfg, tasks), {t.name: len(t.items) for t in tasks}
     assert set(got["sentiment"].values()) == {1.0} and len(got["sentiment"]) == sizes["sentiment"]
     assert set(got["arithmetic"].values()) == {0.0} and len(got["arithmetic"]) == sizes["arithmetic"]
 
 
-def test_the_most_specific_entry_names_the_variants_probability(tmp_path: Path, tasks: list) -> None:  # type: ignore[type-arg]
+def test_the_most_specific_entry_names_the_variants_probability(tmp_path: Path,
+                                                               tasks: list) -> None:  # type: ignore[type-arg]
     accuracy = {"tiny/int8": {"sentiment": 0.1}, "int8": {"sentiment": 0.2, "arithmetic": 0.3},
                 "tiny": {"sentiment": 0.4, "arithmetic": 0.5, "code": 0.6}}
     int8, _ = started(tmp_path, tasks, "int8", accuracy=accuracy, default_accuracy=0.9)
@@ -75,8 +78,8 @@ def test_a_probability_outside_zero_and_one_is_a_config_error(tmp_path: Path) ->
         engine.check(selector_config(tmp_path), Origin(given=frozenset({"engine.accuracy"})))
 
 
-def test_fidelity_the_baseline_is_its_own_reference_and_siblings_drift_with_logit_noise(tmp_path: Path,
-                                                                                      tasks: list) -> None:  # type: ignore[type-arg]
+def test_fidelity_the_baseline_is_its_own_reference_and_siblings_drift_with_logit_noise(  # type: ignore[type-arg]
+        tmp_path: Path, tasks: list) -> None:
     baseline, cfg = started(tmp_path, tasks, "bf16")
     probes = probe_token_ids(baseline, tasks, cfg)
     assert probes and all(0 <= i < 256 for ids in probes for i in ids)
