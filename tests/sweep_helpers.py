@@ -46,7 +46,8 @@ def run_in_process(setup: dict[str, Path], *overrides: str,
 
 def cli_in_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python -m selector ARGV...` (a sweep or a sub-command) run by selector.cli.main in this process
-    from the repository root; what the Hydra app changes in the process is put back after."""
+    from the repository root; what the Hydra app and the command change in the process (logging,
+    signal handlers, environment variables, the working directory) is put back after."""
     from selector import cli
     from selector.api import _hydra_in_this_process
 
@@ -64,16 +65,15 @@ def cli_in_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.
 
 @contextlib.contextmanager
 def _environment(env: dict[str, str]) -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in env}
+    """These variables set while the command runs; the environment as it was after (a command may
+    set some itself, as the MLflow tracker sets its retry count)."""
+    saved = dict(os.environ)
     os.environ.update(env)
     try:
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @contextlib.contextmanager
