@@ -51,7 +51,10 @@ def cli_in_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.
     from selector import cli
     from selector.api import _hydra_in_this_process
 
-    out, err = io.StringIO(), io.StringIO()
+    # with a binary buffer under the text, as a process's own streams have (the sweep copies its
+    # workers' output to sys.stderr.buffer)
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="replace", write_through=True)
+                for _ in range(2))
     code: int | str | None = 0
     with _hydra_in_this_process(), _environment(env or {}), _cwd(ROOT), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -60,7 +63,9 @@ def cli_in_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.
         except SystemExit as e:
             code = e.code
     returncode = code if isinstance(code, int) else 0 if code is None else 1
-    return subprocess.CompletedProcess(list(argv), returncode, out.getvalue(), err.getvalue())
+    text = [stream.buffer.getvalue().decode("utf-8", errors="replace")  # type: ignore[attr-defined]
+            for stream in (out, err)]
+    return subprocess.CompletedProcess(list(argv), returncode, *text)
 
 
 @contextlib.contextmanager

@@ -3,7 +3,9 @@ and the sweep goes on (or, when killed, resumes to exactly one completed child r
 
 The faults are the worker process's and the sweep's, not the model's: the sweeps run on
 engine=scripted-tiny (tests/scripted.py), whose variants pass through the same stages (load,
-evaluate, fidelity, measure) in their own worker processes without loading a model."""
+evaluate, fidelity, measure) in their own worker processes without loading a model. A sweep that is
+signalled, or runs beside another, is a process of its own; the others run the command line's entry
+in this process (tests/sweep_helpers.py run_in_process)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import QUICK, mlflow_runs, run_selector, start_selector
+from tests.sweep_helpers import QUICK, mlflow_runs, run_in_process, run_selector, start_selector
 
 
 def by_name(children: list) -> dict:
@@ -46,8 +48,8 @@ def test_raise_segfault_and_hang_are_recorded_and_the_sweep_goes_on(tiny_setup: 
                                                                     scripted: str) -> None:
     faults = "tiny/fp32@measure:raise,tiny/bf16@load:segfault,tiny/fp16@measure:hang"
     # fp16 hangs in measure until the time limit: a scripted worker reaches measure in seconds
-    result = run_selector(tiny_setup, "model=tiny", scripted, "precision=fp32,bf16,fp16,int8", "time_limit_s=30",
-                          *QUICK, env={"SELECTOR_INJECT_FAULT": faults})
+    result = run_in_process(tiny_setup, "model=tiny", scripted, "precision=fp32,bf16,fp16,int8", "time_limit_s=30",
+                            *QUICK, env={"SELECTOR_INJECT_FAULT": faults})
     assert result.returncode == 0, result.stderr[-4000:]
     parents, children = mlflow_runs(tiny_setup["out"])
     runs = by_name(children)
@@ -79,8 +81,8 @@ def test_raise_segfault_and_hang_are_recorded_and_the_sweep_goes_on(tiny_setup: 
 
 def test_memory_limit_turns_runaway_allocation_into_a_recorded_failure(tiny_setup: dict[str, Path],
                                                                        scripted: str) -> None:
-    result = run_selector(tiny_setup, "model=tiny", scripted, "precision=fp32", "memory_limit_gb=6", *QUICK,
-                          env={"SELECTOR_INJECT_FAULT": "tiny/fp32@evaluate:oom"})
+    result = run_in_process(tiny_setup, "model=tiny", scripted, "precision=fp32", "memory_limit_gb=6", *QUICK,
+                            env={"SELECTOR_INJECT_FAULT": "tiny/fp32@evaluate:oom"})
     assert result.returncode == 0, result.stderr[-4000:]
     rec = record_of(tiny_setup["out"], "tiny/fp32")
     assert rec["status"] == "failed" and rec["error"]["type"] == "MemoryError"
@@ -137,8 +139,8 @@ def test_concurrent_sweeps_share_one_store(tiny_setup: dict[str, Path], scripted
 def test_secrets_in_the_environment_never_reach_mlflow_or_logs(tiny_setup: dict[str, Path],
                                                                scripted: str) -> None:
     secret = "hf_NotARealTokenButSecret1234567890"
-    result = run_selector(tiny_setup, "model=tiny", scripted, "precision=fp32", *QUICK,
-                          env={"HF_TOKEN": secret, "OPENAI_API_KEY": secret, "MY_PASSWORD": secret})
+    result = run_in_process(tiny_setup, "model=tiny", scripted, "precision=fp32", *QUICK,
+                            env={"HF_TOKEN": secret, "OPENAI_API_KEY": secret, "MY_PASSWORD": secret})
     assert result.returncode == 0, result.stderr[-3000:]
     assert secret not in result.stdout + result.stderr
     db = sqlite3.connect(tiny_setup["out"] / "mlflow.db")

@@ -189,12 +189,13 @@ def test_width_of_a_ray_instance_the_launcher_starts_here(monkeypatch: pytest.Mo
 
 def test_adaptive_search_on_ray_runs_waves_as_wide_as_the_cluster(tiny: dict[str, Path], cluster: str) -> None:
     """Three variants on a 2-CPU cluster: int8 and bf16 (smallest planned) run together in the
-    first wave; both meet the floor, so fp32 is pruned and never reaches Ray. Fidelity off, or bf16
-    (the baseline) would run alone first so that its siblings find its reference."""
+    first wave; both meet the floor, so fp32 is pruned and never reaches Ray. Fidelity and the sibling
+    rule off: with either, bf16 (the baseline) would run alone first."""
     out = tiny["base"] / "out-ray-adaptive"
     done, wall = run_sweep(tiny, out, "hydra/launcher=ray_cpus", f"hydra.launcher.ray.init.address={cluster}",
                            "evalset.tasks=[sentiment]", "policy.floors.sentiment=0.0", "device=cpu",
-                           "measure.fidelity=false", precision="fp32,bf16,int8", search="adaptive")
+                           "measure.fidelity=false", "search.sibling_margin=null", precision="fp32,bf16,int8",
+                           search="adaptive")
     console = done.stdout + done.stderr
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]
     assert ("adaptive search over 3 variants, 2 at a time (Ray cluster: 2 CPUs / 1 CPU per variant), "

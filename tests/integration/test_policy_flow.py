@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import QUICK, ROOT, cli_in_process, mlflow_runs, run_in_process, run_selector
+from tests.sweep_helpers import QUICK, ROOT, cli_in_process, mlflow_runs, run_in_process
 
 ZERO_FLOORS = ("policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.0")
 
@@ -37,12 +37,12 @@ def _floors_line(stdout: str) -> str:
 
 def test_a_rerun_with_new_floors_reuses_the_variants_and_applies_the_new_floors(tiny_setup: dict[str, Path],
                                                                                   scripted: str) -> None:
-    first = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", scripted, *QUICK)
+    first = run_in_process(tiny_setup, "model=tiny", "precision=fp32,bf16", scripted, *QUICK)
     assert first.returncode == 0, first.stderr[-3000:]
     assert _report(tiny_setup)["selection"]["winner"] is None  # default floors: nothing passes
     assert _floors_line(first.stdout).startswith("sentiment 80%, arithmetic 60%")
 
-    second = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", scripted, *QUICK, *ZERO_FLOORS)
+    second = run_in_process(tiny_setup, "model=tiny", "precision=fp32,bf16", scripted, *QUICK, *ZERO_FLOORS)
     assert second.returncode == 0, second.stderr[-3000:]
     assert (second.stdout + second.stderr).count("already measured") == 2  # nothing measured again
     report = _report(tiny_setup)
@@ -78,8 +78,8 @@ def test_a_users_own_eval_set_gets_its_floors_and_not_the_default_ones(tiny_setu
     (evalset / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (evalset / "policy.yaml").write_text("floors:\n  routing: 0.0\n  echo: 0.9\n")
 
-    result = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", scripted, "measure=quick",
-                          f"evalset.path={evalset}", "policy.floors.echo=0.0")
+    result = run_in_process(tiny_setup, "model=tiny", "precision=fp32,bf16", scripted, "measure=quick",
+                            f"evalset.path={evalset}", "policy.floors.echo=0.0")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "no task" not in result.stdout + result.stderr and "ignored" not in result.stdout + result.stderr
     selection = _report(tiny_setup)["selection"]
@@ -122,7 +122,7 @@ def test_bad_values_are_one_line_errors_in_every_command(tiny_setup: dict[str, P
 
     # select: a malformed policy override is one line too, not an omegaconf traceback (a process of
     # its own: nothing else reaches its stderr).
-    done = run_selector(tiny_setup, "model=tiny", "precision=bf16", scripted, *QUICK)
+    done = run_in_process(tiny_setup, "model=tiny", "precision=bf16", scripted, *QUICK)
     assert done.returncode == 0, done.stderr[-3000:]
     [sweep] = _sweep_dirs(tiny_setup)
     for args in (["policy.floors={intent: 0.45}"], ["policy.floors.code=abc"], ["policy.rule=best"]):

@@ -4,8 +4,8 @@ back; transient 503s are retried; a sweep whose server is down records locally, 
 and `python -m selector sync` copies it to the server once it is up (and copies nothing twice).
 
 The server is real; what is logged into it is not about a model, so the sweeps run on
-engine=scripted-tiny (tests/scripted.py), and `select` and `sync` run the command line's entry in
-this process (tests/sweep_helpers.py cli_in_process)."""
+engine=scripted-tiny (tests/scripted.py), and every command runs the command line's entry in this
+process (tests/sweep_helpers.py cli_in_process)."""
 
 from __future__ import annotations
 
@@ -81,10 +81,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict
 
 
 def run_selector(tiny: dict[str, Path], out: Path, *overrides: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tiny['conf']}]", f"output_dir={out}",
-           f"cache_dir={tiny['cache']}", "model=tiny", f"engine={ENGINE}", "measure=quick", "evalset.limit=2",
-           "search=grid", *overrides]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    return cli_in_process(f"hydra.searchpath=[file://{tiny['conf']}]", f"output_dir={out}",
+                          f"cache_dir={tiny['cache']}", "model=tiny", f"engine={ENGINE}", "measure=quick",
+                          "evalset.limit=2", "search=grid", *overrides)
 
 
 def runs_of(uri: str, experiment: str = "selector") -> tuple[list, list]:
