@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make run    install, then run the default sweep (the offline model ladder)
 #   make test   install (with test tools, a headless browser and vLLM), then run the test suite
-#   make test-fast  the inner loop: every test not marked slow, on what is installed (no install step)
+#   make test-fast  the inner loop: the fast tier (-m fast), on what is installed (no install step)
 #   make vllm   vLLM's CPU build in an environment of its own (.venv-vllm), for engine=vllm
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -48,10 +48,10 @@ run: install
 test: install-dev browser
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-# Under 3 minutes on 2 cores: the unit tests and the integration tests that are not slow (no real
-# pretrained model, no quantizing sweep, no vLLM server), at least one test of every module.
+# Under 3 minutes on 2 cores: the unit tests and the integration tests marked fast (bad input, one
+# scripted sweep of each kind, the in-process engine on the tiny model), reaching every module.
 test-fast:
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m fast $(PYTEST_ARGS)
 
 # A wheel and an sdist in dist/ that carry the configs and the default eval set (README: Install as a package).
 dist: $(VENV)/bin/python

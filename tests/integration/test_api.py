@@ -20,6 +20,8 @@ from selector.selection import select
 from selector.sweep.state import STATE_ENV
 from tests.sweep_helpers import mlflow_runs
 
+pytestmark = pytest.mark.fast  # make test-fast: the Python API, one scripted sweep
+
 TASKS = ["sentiment", "arithmetic"]
 # search=grid: these test the API, not the search (which would stop a variant below a 90% floor early)
 CHEAP = {"measure": "quick", "evalset": {"limit": 2, "tasks": TASKS}, "tracker": {"retries": 1}, "search": "grid",

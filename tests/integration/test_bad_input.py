@@ -12,6 +12,8 @@ import pytest
 from selector.paths import DEFAULT_EVALSET
 from tests.sweep_helpers import run_in_process
 
+pytestmark = pytest.mark.fast  # make test-fast: the command line's bad-input paths, in seconds
+
 
 def assert_usage_error(result, *needles: str) -> None:  # type: ignore[no-untyped-def]
     assert result.returncode == 2, (result.stdout[-2000:], result.stderr[-3000:])

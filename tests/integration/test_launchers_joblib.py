@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
 
 
+@pytest.mark.fast
 def test_pool_comes_from_selector_gpus_then_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     monkeypatch.setenv("SELECTOR_GPUS", "0, 1,5")
@@ -29,6 +30,7 @@ def test_pool_comes_from_selector_gpus_then_cuda_visible_devices(monkeypatch: py
     assert visible_gpus() == ["2", "3"]
 
 
+@pytest.mark.fast
 def test_a_busy_gpu_is_skipped_and_a_full_pool_waits(tmp_path: Path) -> None:
     first, second, third = (GpuPool(tmp_path, ["0", "1"]) for _ in range(3))
     assert first.acquire(job_num=0) == "0"
@@ -39,6 +41,7 @@ def test_a_busy_gpu_is_skipped_and_a_full_pool_waits(tmp_path: Path) -> None:
     assert third.acquire(job_num=1, timeout_s=5) == "0"
 
 
+@pytest.mark.fast
 def test_claims_hold_across_processes(tmp_path: Path) -> None:
     """Joblib runs jobs in separate processes: a GPU held by one is not handed to another."""
     holder = subprocess.Popen(
@@ -53,6 +56,7 @@ def test_claims_hold_across_processes(tmp_path: Path) -> None:
         holder.wait()
 
 
+@pytest.mark.fast
 def test_n_jobs_is_the_pool_size(monkeypatch: pytest.MonkeyPatch) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf

@@ -66,6 +66,7 @@ def test_a_rerun_with_new_floors_reuses_the_variants_and_applies_the_new_floors(
     assert json.loads(newest_report.read_text())["selection"]["policy"]["floors"] == {"sentiment": 0.99, "arithmetic": 0.0}
 
 
+@pytest.mark.fast
 def test_a_users_own_eval_set_gets_its_floors_and_not_the_default_ones(tiny_setup: dict[str, Path], scripted: str,
                                                                           tmp_path: Path) -> None:
     evalset = tmp_path / "my_evalset"
@@ -88,6 +89,7 @@ def test_a_users_own_eval_set_gets_its_floors_and_not_the_default_ones(tiny_setu
     assert selection["winner"] == "tiny/bf16"
 
 
+@pytest.mark.fast
 def test_floors_naming_no_task_stop_before_anything_loads(tiny_setup: dict[str, Path], tmp_path: Path) -> None:
     typo = run_in_process(tiny_setup, "model=tiny", "precision=bf16", *QUICK, "policy.floors.sentimnt=0.9")
     assert typo.returncode == 2

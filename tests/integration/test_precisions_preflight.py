@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.integration.test_bad_input import assert_usage_error
 from tests.sweep_helpers import run_in_process
+
+pytestmark = pytest.mark.fast  # make test-fast
 
 
 def test_a_misspelt_param_on_the_command_line(tiny_setup: dict[str, Path]) -> None:

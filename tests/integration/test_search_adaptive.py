@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.sweep_helpers import cli_in_process, mlflow_runs, run_in_process
 
 TWO_TASKS = ("measure=quick", "evalset.tasks=[sentiment,arithmetic]")
@@ -97,6 +99,7 @@ def test_a_variant_that_crashes_is_recorded_and_the_search_goes_on(tiny_setup: d
     assert records["tiny/int8"]["status"] == "failed" and records["tiny/bf16"]["status"] == "completed"
 
 
+@pytest.mark.fast
 def test_bad_search_settings_stop_before_anything_loads(tiny_setup: dict[str, Path]) -> None:
     cases = {
         "search=adaptiv": "Did you mean adaptive?",
@@ -128,6 +131,7 @@ def test_fixed_sequence_runs_largest_first_and_leaves_out_what_falls_below_a_fai
     assert state["search"]["order"] == ["tiny/fp32", "tiny/bf16", "tiny/int8"]
 
 
+@pytest.mark.fast
 def test_a_baseline_far_below_a_floor_spares_its_siblings(tiny_setup: dict[str, Path], scripted: str) -> None:
     """Issue 34: tiny's bf16 is stopped far below a 90% arithmetic floor, so its int8 copy is never
     loaded: recorded not needed with the bound, and said so on the console and the parent run."""

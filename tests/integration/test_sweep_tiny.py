@@ -74,6 +74,7 @@ def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
     assert sorted(c.info.run_name for c in children) == ["tiny/bf16", "tiny/fp32"]
 
 
+@pytest.mark.fast
 def test_unknown_precision_is_a_usage_error() -> None:
     """A process of its own, as a user starts it: the exit code and no traceback on its stderr (the
     other bad-input tests run the same entry in the test's process: tests/sweep_helpers.py)."""
@@ -85,6 +86,7 @@ def test_unknown_precision_is_a_usage_error() -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.fast
 def test_sweep_without_gpu_fails_fast(tiny_setup: dict[str, Path]) -> None:
     pytest.importorskip("torch")
     import torch

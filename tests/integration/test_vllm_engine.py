@@ -258,6 +258,7 @@ def server_trees(job: Path, servers: int, timeout: float = 300) -> list[psutil.P
     pytest.param("engine.vllm.args=[--max-num-seq,'4']", "engine.vllm.args: vLLM has no flag --max-num-seq (",
                  marks=pytest.mark.vllm),  # asks the installed vLLM which flags it has
 ])
+@pytest.mark.fast
 def test_vllm_misconfigured_stops_before_anything_loads(setup: dict[str, Path], override: str, message: str) -> None:
     result = run_in_process(setup, *COMMON, "precision=bf16", "measure=load-quick", override)
     assert result.returncode == 2 and "Traceback" not in result.stderr
