@@ -34,7 +34,7 @@ class VllmConfig:
     # The Python that has vLLM installed. null: $SELECTOR_VLLM_PYTHON, else .venv-vllm/bin/python in
     # the checkout (`make vllm` creates it), else `python` on PATH if it can import vllm.
     python: str | None = None
-    kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE: the KV cache vLLM reserves on CPU, in GiB
+    kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE: the KV cache vLLM reserves on CPU, in whole GiB
     enforce_eager: bool = False  # skip torch.compile at start-up (tests); deployments compile
     max_num_seqs: int | None = None  # --max-num-seqs: requests batched at once (null: vLLM's default)
     max_num_batched_tokens: int | None = None  # --max-num-batched-tokens per scheduler step
@@ -75,7 +75,8 @@ class VllmEngine(Engine):
                   "at least 1 (or null for vLLM's default)", lambda v: v is None or v >= 1),
              Knob("engine.vllm.instances", "instances", "at least 1", lambda v: v >= 1))
     ranges = (Range("batch_size", lambda v: v >= 1, "at least 1"),
-              Range("vllm.kv_cache_gib", lambda v: v > 0, "a positive number of GiB"),
+              Range("vllm.kv_cache_gib", lambda v: v >= 1 and float(v).is_integer(),
+                    "a whole number of GiB, at least 1 (vLLM's CPU build reads VLLM_CPU_KVCACHE_SPACE as one)"),
               Range("vllm.max_num_seqs", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
               Range("vllm.max_num_batched_tokens", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
               Range("vllm.max_model_len", lambda v: v >= 1, "at least 1 (or null for the model's own)"),

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 from selector.config import SelectorConfig, to_dict
 from selector.engines import engine_for
+from selector.engines.base import Evaluator
 from selector.engines.spec import StartContext
 from selector.errors import UnavailableError
 from selector.measure.contention import CpuShare
@@ -225,7 +226,7 @@ class VariantRun:
             log.warning("no plan estimate of the serving peak: %s: %s", type(e).__name__, e)
             return None
 
-    def _prepare_evaluation(self, tasks) -> None:  # type: ignore[no-untyped-def]
+    def _prepare_evaluation(self, tasks: list[Any]) -> None:
         """The item store of this variant's evaluation key, and the floors' tests when it may stop early."""
         from selector.search.sequential import floor_tests_for_policy
         from selector.sweep.keys import evaluation_key
@@ -245,7 +246,7 @@ class VariantRun:
         if cfg.policy.rule == "non_inferiority" and not self.is_reference:
             self.reference = self._reference_scores(tasks)
 
-    def _reference_scores(self, tasks) -> dict[str, list[float]] | None:  # type: ignore[no-untyped-def]
+    def _reference_scores(self, tasks: list[Any]) -> dict[str, list[float]] | None:
         """The reference variant's scores in evaluation order, for the non-inferiority tests."""
         if not self.reference_key:
             raise UnavailableError("adaptive search under the non_inferiority rule needs the reference's scores, "
@@ -254,7 +255,7 @@ class VariantRun:
         seen = {t.name: store.load(t.name) for t in tasks}
         return evaluation.prefix_scores(evaluation.evaluation_orders(tasks, evaluation.order_seed_of(self.cfg)), seen)
 
-    def evaluate(self, engine, tasks) -> None:  # type: ignore[no-untyped-def]
+    def evaluate(self, engine: Evaluator | None, tasks: list[Any]) -> None:
         """Score the items (reusing stored ones), in rounds when the search may stop early."""
         from tqdm.auto import tqdm
 
@@ -264,7 +265,7 @@ class VariantRun:
         total = sum(len(t.items) for t in tasks)
         with tqdm(total=total, desc=f"evaluate {self.variant.name}", unit="item", disable=engine is None) as bar:
 
-            def score(task, ids: list[str]) -> list[SampleRecord]:  # type: ignore[no-untyped-def]
+            def score(task: Any, ids: list[str]) -> list[SampleRecord]:
                 return self._score_items(engine, task, ids, bar)
 
             round_size = cfg.search.round_size if self.stopper is not None else None
@@ -287,7 +288,7 @@ class VariantRun:
             log.info("%s stopped after %d of %d items: %s", self.variant.name, outcome.info.items_evaluated,
                      outcome.info.items_total, outcome.decision.reason)
 
-    def _score_items(self, engine, task, ids: list[str], bar) -> list[SampleRecord]:  # type: ignore[no-untyped-def]
+    def _score_items(self, engine: Evaluator | None, task: Any, ids: list[str], bar: Any) -> list[SampleRecord]:
         import dataclasses
 
         from selector.tasks import evaluate_task
