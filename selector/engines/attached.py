@@ -55,7 +55,10 @@ class AttachedEngine(Engine):
         client = OpenAIEngine(config.base_url, config.served_model or _first_model(config.base_url, key), api_key=key,
                               chat=config.chat, concurrency=config.batch_size, timeout_s=config.request_timeout_s,
                               params=config.params, chat_renderer=chat_template(tokenizer))
-        return ServedRunning("openai", client, tokenizer, [], dtype=ctx.cfg.precision.dtype)
+        from selector.plan.estimate import planned_weight_bytes
+
+        return ServedRunning("openai", client, tokenizer, [], dtype=ctx.cfg.precision.dtype,
+                             planned_weights=int(planned_weight_bytes(ctx.cfg, ctx.device.split(":")[0])[0]))
 
 
 def _cached_checkpoint(ctx: StartContext) -> str | None:
