@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from benchmarks.common import REPO_ROOT, machine, say, write_results
 
