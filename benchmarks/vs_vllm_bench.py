@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     # would find the first one's prompts cached (shorter TTFT); and the in-process engine has none.
     cfg.engine.vllm.args = [*cfg.engine.vllm.args, "--no-enable-prefix-caching"]
     python = python_for(cfg.engine.vllm)
-    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)
+    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, dtype=cfg.precision.dtype,
+                              progress=False)
     checkpoint = str(resolved.path)
     if cfg.precision.backend != "native":  # the quantized checkpoint a sweep serves (quantized now, or cached)
         from benchmarks.common import load_selector_model

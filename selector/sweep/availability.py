@@ -57,7 +57,8 @@ def availability(cfg: SelectorConfig, device: str | None = None) -> tuple[bool, 
         why = not_servable(cfg.precision)
         if why:
             return False, why
-    ok, why = models.check_available(cfg.model, precision=cfg.precision.name, cache_dir=Path(cfg.cache_dir))
+    ok, why = models.check_available(cfg.model, precision=cfg.precision.name, dtype=cfg.precision.dtype,
+                                     cache_dir=Path(cfg.cache_dir))
     if not ok:
         return False, f"model={cfg.model.name}: {why}"
     try:

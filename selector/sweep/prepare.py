@@ -45,7 +45,7 @@ def reasons_to_prepare(cfg: SelectorConfig, backend: Any, tasks: Sequence[Any]) 
     from selector import models
     from selector.precisions.loading import load_tokenizer
 
-    if not models.is_ready(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name):
+    if not models.is_ready(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, dtype=cfg.precision.dtype):
         return ["the model's source is not converted yet"]
     reasons = []
     prequantized = cfg.precision.name in cfg.model.prequantized
@@ -54,7 +54,8 @@ def reasons_to_prepare(cfg: SelectorConfig, backend: Any, tasks: Sequence[Any]) 
     if _wants_reference(cfg):
         from selector.measure.fidelity import reference_exists
 
-        resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)
+        resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name,
+                                  dtype=cfg.precision.dtype, progress=False)
         if not reference_exists(cfg, tasks, load_tokenizer(resolved)):
             reasons.append(f"the fidelity reference of {cfg.model.name}/{cfg.baseline_precision} is not cached")
     return reasons
@@ -93,7 +94,7 @@ def prepare(cfg: SelectorConfig, baseline: dict[str, Any] | None, device: str) -
 
     tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
     did = []
-    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name)
+    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, dtype=cfg.precision.dtype)
     did.append(f"resolved {cfg.model.name} ({resolved.path})")
     if get_backend(cfg.precision.backend).builds_artifact and not resolved.prequantized:
         _, prepared = load_variant(cfg.model, cfg.precision, cfg.cache_dir, device, calibration=cfg.calibration,
