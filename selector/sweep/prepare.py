@@ -112,11 +112,21 @@ def prepare(cfg: SelectorConfig, baseline: dict[str, Any] | None, device: str) -
     return did
 
 
+def machine_load(share: Any) -> str:
+    """What else ran on the machine while preparing (in the record with what was prepared): on 2 cores
+    one busy neighbour (or a hypervisor's steal) made SmolLM2's GPTQ take 1.7 times as long (docs/precisions.md)."""
+    if share.other is None:
+        return "other processes' share of the CPU: not measured (under a second)"
+    busy = " (busy: quantizing took longer than on a quiet machine)" if share.as_dict()["busy"] else ""
+    return f"other processes took {share.other:.0%} of the {share.cores} cores meanwhile{busy}"
+
+
 def main(argv: list[str]) -> int:
     import torch
 
     from selector.compose import config_from_dict
     from selector.logs import setup_logging
+    from selector.measure.contention import CpuShare
     from selector.measure.memory import peak_rss_bytes
     from selector.sweep.device import resolve_device
 
@@ -131,7 +141,9 @@ def main(argv: list[str]) -> int:
     device = "cpu"
     try:
         device = resolve_device(cfg.device)
-        outcome["did"] = prepare(cfg, request.get("baseline"), device)
+        with CpuShare() as share:
+            outcome["did"] = prepare(cfg, request.get("baseline"), device)
+        outcome["did"].append(machine_load(share))
     except Exception as e:  # said to the worker, which records the variant as skipped or failed
         outcome["error"] = {"type": type(e).__name__, "message": str(e)[:4000],
                             "unavailable": isinstance(e, UnavailableError)}
