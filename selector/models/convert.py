@@ -22,7 +22,7 @@ from typing import Any
 
 from selector.errors import UserError
 from selector.models import gguf_tokenizer as gt
-from selector.models.cache import MANIFEST, STORE_DTYPES, converted_dir, read_json, write_json_atomic
+from selector.models.cache import DEFAULT_STORE_DTYPE, MANIFEST, STORE_DTYPES, converted_dir, read_json, write_json_atomic
 from selector.models.resolved import ResolvedModel
 from selector.models.sources import SourceContext
 from selector.models.validate import validate_folder
@@ -58,7 +58,7 @@ def resolved_from(folder: Path, ctx: SourceContext) -> ResolvedModel:
 
 
 def convert_gguf(gguf_path: Path, out_dir: Path, *, name: str, sha256: str, source: dict[str, Any],
-                 progress: bool = True, dtype: str = "bfloat16") -> Path:
+                 progress: bool = True, dtype: str = DEFAULT_STORE_DTYPE) -> Path:
     """Dequantize the GGUF and save it as `dtype` safetensors. transformers dequantizes to float32
     and casts to `dtype` while loading, so a bf16 folder holds exactly the bf16 weights a float32
     folder cast at load gave (tests/integration/test_models_gguf.py checks it tensor by tensor)."""

@@ -117,7 +117,7 @@ def machine_load(share: Any) -> str:
     one busy neighbour (or a hypervisor's steal) made SmolLM2's GPTQ take 1.7 times as long (docs/precisions.md)."""
     if share.other is None:
         return "other processes' share of the CPU: not measured (under a second)"
-    busy = " (busy: quantizing took longer than on a quiet machine)" if share.as_dict()["busy"] else ""
+    busy = " (busy: it took longer than it would on a quiet machine)" if share.as_dict()["busy"] else ""
     return f"other processes took {share.other:.0%} of the {share.cores} cores meanwhile{busy}"
 
 

@@ -30,7 +30,7 @@ def test_a_busy_neighbour_is_named() -> None:
     assert found and abs(int(found.group(1)) - share.other * 100) <= 0.5 and int(found.group(2)) == share.cores, line
     assert bool(found.group(3)) == (share.other >= 0.25)
     share.other = 0.6  # as on the machine, whatever this one's neighbours did
-    assert machine_load(share).endswith("(busy: quantizing took longer than on a quiet machine)")
+    assert machine_load(share).endswith("(busy: it took longer than it would on a quiet machine)")
 
 
 def test_too_short_to_say() -> None:
