@@ -70,9 +70,9 @@ def _cached_checkpoint(ctx: StartContext) -> str | None:
 
     cfg = ctx.cfg
     try:
-        if models.is_ready(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name):
-            return str(models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name,
-                                      progress=False).path)
+        where = {"precision": cfg.precision.name, "dtype": cfg.precision.dtype}
+        if models.is_ready(cfg.model, Path(cfg.cache_dir), **where):
+            return str(models.resolve(cfg.model, Path(cfg.cache_dir), progress=False, **where).path)
     except Exception as e:  # a hub model offline, a broken cache: the attached server is all there is
         log.info("no local copy of %s: %s", cfg.model.name, e)
     return None
