@@ -209,7 +209,8 @@ def load_selector_model(cfg: Any) -> tuple[Any, Any, float]:
     from selector import models
     from selector.precisions import load_variant
 
-    models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)  # not timed
+    models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, dtype=cfg.precision.dtype,
+                   progress=False)  # not timed
     start = time.perf_counter()
     resolved, loaded = load_variant(cfg.model, cfg.precision, cfg.cache_dir, "cpu", calibration=cfg.calibration,
                                     progress=False)

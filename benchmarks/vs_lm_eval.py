@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     from selector import models
 
-    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)
+    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, dtype=cfg.precision.dtype,
+                              progress=False)
     stem = f"vs_lm_eval-{cfg.model.name}-{args.precision}"
     names = [t.name for t in tasks]
     sel_spec = {"model": cfg.model.name, "precision": args.precision, "batch_size": args.batch_size,

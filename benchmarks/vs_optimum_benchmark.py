@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = compose(args.model, args.precision)
     from selector import models
 
-    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)
+    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, dtype=cfg.precision.dtype,
+                              progress=False)
     python = peer_python("optimum-benchmark", args.optimum_venv)
     stem = f"vs_optimum_benchmark-{cfg.model.name}-{args.precision}"
     ob_spec = {"model_path": resolved.path, "dtype": cfg.precision.dtype, "threads": args.threads,

@@ -11,7 +11,7 @@ from typing import Any, Optional
 from omegaconf import MISSING, OmegaConf
 
 from selector import resolvers
-from selector.paths import CONF_DIR
+from selector.paths import CONF_DIR  # noqa: F401  (re-exported: the packaged configs, beside their schema)
 
 
 @dataclass

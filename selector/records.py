@@ -270,7 +270,9 @@ class MemoryResult(StrictModel):
     footprint: PeakMemory | None = None
     kv_pool_bytes: int | None = None  # the KV cache the server preallocated (every instance's)
     kv_peak_bytes: int | None = None  # the part of it in use at the peak (the server's own gauge)
-    weights_source: str = "tensors"  # tensors: counted in memory (in-process); checkpoint: its files at the served dtype
+    # tensors: counted in memory (in-process); checkpoint: its files at the served dtype; vllm: the
+    # server's own figure; plan: plan's estimate (a server whose checkpoint is not on this machine)
+    weights_source: str = "tensors"
 
 
 class KernelInfo(StrictModel):

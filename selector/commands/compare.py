@@ -65,6 +65,7 @@ def _print(comparison: dict[str, Any], show_all: bool) -> None:
     from rich.text import Text
 
     from selector.report.compare_view import changes_table, config_table, headline
+    from selector.report.console import print_fitted
 
     console = Console()
     console.print(Text(f"A: {comparison['a']['label']}\nB: {comparison['b']['label']}"))
@@ -77,7 +78,7 @@ def _print(comparison: dict[str, Any], show_all: bool) -> None:
             rich.add_column(column)
         for row in table.rows:
             rich.add_row(*(Text(c.text, style="red" if "below" in c.kind else "") for c in row))
-        console.print(rich)
+        print_fitted(console, rich)
     if comparison["only_a"] or comparison["only_b"]:
         console.print(Text(f"only in A: {', '.join(comparison['only_a']) or 'none'}; "
                            f"only in B: {', '.join(comparison['only_b']) or 'none'}"))

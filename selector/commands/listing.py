@@ -21,6 +21,7 @@ def main(argv: list[str]) -> int:
     from selector.sweep import preflight
     from selector.sweep.availability import availability, cuda_available
     from selector.logs import setup_logging
+    from selector.report.console import print_fitted
 
     setup_logging(logging.WARNING)
     console = Console()
@@ -39,7 +40,7 @@ def main(argv: list[str]) -> int:
         where = src.repo_id or src.path or ", ".join(src.packages[:1]) + (" ..." if len(src.packages) > 1 else "")
         models.add_row(path.stem, f"{cfg.model.params_b:g}B", f"{src.kind}: {where}", cfg.model.prompt_style,
                        _runs_here(ok, why, f"model={path.stem}"))
-    console.print(models)
+    print_fitted(console, models)
     console.print("Any other model, without a YAML file: model=path model.path=DIR (a transformers folder), "
                   "model=gguf model.path=FILE.gguf, model=hub model.repo_id=ORG/NAME")
 
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> int:
         ok, why = availability(cfg)
         precisions.add_row(path.stem, cfg.precision.backend, cfg.precision.description,
                            _runs_here(ok, why, f"precision={path.stem}"))
-    console.print(precisions)
+    print_fitted(console, precisions)
 
     evalsets = Table(title="Eval sets (evalset=NAME, or evalset.path=FOLDER)")
     for col in ("name", "path", "tasks (items)"):
@@ -64,7 +65,7 @@ def main(argv: list[str]) -> int:
         except UserError as e:
             summary = f"cannot load: {e}"
         evalsets.add_row(path.stem, cfg.evalset.path, summary)
-    console.print(evalsets)
+    print_fitted(console, evalsets)
     for group in ("engine", "tracker", "policy", "measure", "calibration", "sweep"):
         names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
         prefix = "+" if group == "sweep" else ""

@@ -55,7 +55,10 @@ class AttachedEngine(Engine):
         client = OpenAIEngine(config.base_url, config.served_model or _first_model(config.base_url, key), api_key=key,
                               chat=config.chat, concurrency=config.batch_size, timeout_s=config.request_timeout_s,
                               params=config.params, chat_renderer=chat_template(tokenizer))
-        return ServedRunning("openai", client, tokenizer, [], dtype=ctx.cfg.precision.dtype)
+        from selector.plan.estimate import planned_weight_bytes
+
+        return ServedRunning("openai", client, tokenizer, [], dtype=ctx.cfg.precision.dtype,
+                             planned_weights=int(planned_weight_bytes(ctx.cfg, ctx.device.split(":")[0])[0]))
 
 
 def _cached_checkpoint(ctx: StartContext) -> str | None:
@@ -67,9 +70,9 @@ def _cached_checkpoint(ctx: StartContext) -> str | None:
 
     cfg = ctx.cfg
     try:
-        if models.is_ready(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name):
-            return str(models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name,
-                                      progress=False).path)
+        where = {"precision": cfg.precision.name, "dtype": cfg.precision.dtype}
+        if models.is_ready(cfg.model, Path(cfg.cache_dir), **where):
+            return str(models.resolve(cfg.model, Path(cfg.cache_dir), progress=False, **where).path)
     except Exception as e:  # a hub model offline, a broken cache: the attached server is all there is
         log.info("no local copy of %s: %s", cfg.model.name, e)
     return None

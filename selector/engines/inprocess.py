@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from selector.engines.base import GenerationRequest
 from selector.engines.spec import Batching, Engine, EngineInfo, Knob, Range, Running, StartContext, TopLogprobs

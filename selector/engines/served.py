@@ -116,10 +116,11 @@ class ServedRunning(Running):
 
     def __init__(self, name: str, client: Any, tokenizer: Any, servers: list[Any], *, quant: Any = None,
                  checkpoint: str | None = None, dtype: str = "bfloat16", token_ids: bool = False,
-                 max_logprobs: int | None = None) -> None:
+                 max_logprobs: int | None = None, planned_weights: int = 0) -> None:
         from selector.serving.footprint import ServerFootprint
 
         self.name, self.client, self.tokenizer, self.servers = name, client, tokenizer, servers
+        self.planned_weights = planned_weights  # plan's estimate, for a server whose checkpoint is not here
         self.quant, self.checkpoint, self.dtype = quant, checkpoint, dtype
         self.token_ids, self.max_logprobs = token_ids, max_logprobs
         self.footprint = ServerFootprint(servers, self.metrics_urls(), self.kv_pool_bytes)
@@ -191,7 +192,12 @@ class ServedRunning(Running):
         from selector.precisions.base import dir_bytes
 
         artifact = self.quant.artifact_bytes if self.quant and self.quant.artifact_bytes else None
-        return self.footprint.result(self.weight_bytes(), artifact or dir_bytes(self.checkpoint))
+        weights = self.weight_bytes()
+        result = self.footprint.result(weights if weights is not None else self.planned_weights,
+                                       artifact or dir_bytes(self.checkpoint))
+        if weights is None:  # a server someone else runs: the weights are plan's estimate, said so
+            result.weights_source = "plan"
+        return result
 
     def serving_info(self) -> Any:
         return None

@@ -182,6 +182,10 @@ class Engine:
     def display_name(self) -> str:
         return self.label or self.kind
 
+    def copies(self) -> int:
+        """Copies of the weights serving one variant (servers per variant)."""
+        return 1
+
     def context_limit(self) -> int | None:
         """The longest sequence this engine's settings allow, when they set one below the model's."""
         return None

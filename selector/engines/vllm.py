@@ -34,7 +34,7 @@ class VllmConfig:
     # The Python that has vLLM installed. null: $SELECTOR_VLLM_PYTHON, else .venv-vllm/bin/python in
     # the checkout (`make vllm` creates it), else `python` on PATH if it can import vllm.
     python: str | None = None
-    kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE: the KV cache vLLM reserves on CPU, in GiB
+    kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE: the KV cache vLLM reserves on CPU, in whole GiB
     enforce_eager: bool = False  # skip torch.compile at start-up (tests); deployments compile
     max_num_seqs: int | None = None  # --max-num-seqs: requests batched at once (null: vLLM's default)
     max_num_batched_tokens: int | None = None  # --max-num-batched-tokens per scheduler step
@@ -57,6 +57,12 @@ class VllmEngineConfig(StartedServerConfig):
 
 
 MAX_LOGPROBS = 20  # --max-logprobs: multiple-choice scoring and fidelity read this many per position
+GB = 10**9
+# What a vLLM CPU server holds before any weights or KV cache: its three processes (API server,
+# engine core, worker), each with torch, and with torch.compile on, the compiled graphs. Measured
+# with vllm-cpu 0.32.0 (memory.runtime_rss_bytes: resident at ready, less the pool and the weights):
+# SmolLM2-135M compiled 2.59 GB; a tiny Llama with --enforce-eager 1.99 GB (docs/memory.md).
+CPU_RUNTIME_BYTES = {"compiled": int(2.6 * GB), "eager": int(2.0 * GB)}
 
 
 class VllmEngine(Engine):
@@ -69,7 +75,8 @@ class VllmEngine(Engine):
                   "at least 1 (or null for vLLM's default)", lambda v: v is None or v >= 1),
              Knob("engine.vllm.instances", "instances", "at least 1", lambda v: v >= 1))
     ranges = (Range("batch_size", lambda v: v >= 1, "at least 1"),
-              Range("vllm.kv_cache_gib", lambda v: v > 0, "a positive number of GiB"),
+              Range("vllm.kv_cache_gib", lambda v: v >= 1 and float(v).is_integer(),
+                    "a whole number of GiB, at least 1 (vLLM's CPU build reads VLLM_CPU_KVCACHE_SPACE as one)"),
               Range("vllm.max_num_seqs", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
               Range("vllm.max_num_batched_tokens", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
               Range("vllm.max_model_len", lambda v: v >= 1, "at least 1 (or null for the model's own)"),
@@ -84,6 +91,17 @@ class VllmEngine(Engine):
 
     def context_limit(self) -> int | None:
         return self.config.vllm.max_model_len
+
+    def copies(self) -> int:
+        return self.config.vllm.instances
+
+    def planned_runtime_bytes(self, device: str) -> int | None:
+        """vLLM's own runtime, per server, on CPU (measured); on a GPU not measured yet (its CUDA
+        context and graphs), so plan gives no serving estimate there."""
+        if device.startswith("cuda"):
+            return None
+        mode = "eager" if self.config.vllm.enforce_eager else "compiled"
+        return CPU_RUNTIME_BYTES[mode] * self.config.vllm.instances
 
     def check(self, cfg: Any, origin: Any) -> None:
         from selector.serving import vllm

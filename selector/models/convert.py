@@ -1,5 +1,7 @@
-"""GGUF -> a float32 safetensors folder that transformers loads offline. Done once per GGUF (keyed by
-its sha256) and reused; callers hold the model's cache lock while converting.
+"""GGUF -> a safetensors folder that transformers loads offline, in the dtype the precision loads it
+at (bf16 for the default precisions: a float32 folder cost a 1.5B model's bf16 load twice the memory
+and read twice the bytes, only to be cast). Done once per GGUF (keyed by its sha256) and dtype and
+reused; callers hold the model's cache lock while converting.
 
 The folder is written under a temporary name and renamed into place only when complete and checked
 (tokenizer reloads identically, generation stops at the end of a turn, safetensors headers valid).
@@ -20,25 +22,28 @@ from typing import Any
 
 from selector.errors import UserError
 from selector.models import gguf_tokenizer as gt
-from selector.models.cache import MANIFEST, converted_dir, read_json, write_json_atomic
+from selector.models.cache import DEFAULT_STORE_DTYPE, MANIFEST, STORE_DTYPES, converted_dir, read_json, write_json_atomic
 from selector.models.resolved import ResolvedModel
 from selector.models.sources import SourceContext
 from selector.models.validate import validate_folder
 
 log = logging.getLogger("selector.models")
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 1: float32 for every precision, in a folder named without the dtype
 
 
 def ensure_converted(ctx: SourceContext, gguf_path: Path, sha256: str, source: dict[str, Any]) -> ResolvedModel:
     """The converted folder for this GGUF, converting it first if the cache has none."""
-    folder = converted_dir(ctx.cache, ctx.label, sha256)
+    if ctx.dtype not in STORE_DTYPES:
+        raise UserError(f"a model converted from GGUF can be stored as {', '.join(STORE_DTYPES)}, not {ctx.dtype!r}")
+    folder = converted_dir(ctx.cache, ctx.label, sha256, ctx.dtype)
     if folder is None:
-        target = ctx.cache.model_dir(ctx.label, sha256)
+        target = ctx.cache.model_dir(ctx.label, sha256, ctx.dtype)
         if target.exists():  # a folder without manifest: left by something else; never trust it
             log.warning("removing incomplete converted folder %s", target)
             shutil.rmtree(target)
-        folder = convert_gguf(gguf_path, target, name=ctx.label, sha256=sha256, source=source, progress=ctx.progress)
+        folder = convert_gguf(gguf_path, target, name=ctx.label, sha256=sha256, source=source, progress=ctx.progress,
+                              dtype=ctx.dtype)
     else:
         log.info("model %s: using converted folder %s", ctx.label, folder)
     return resolved_from(folder, ctx)
@@ -53,7 +58,10 @@ def resolved_from(folder: Path, ctx: SourceContext) -> ResolvedModel:
 
 
 def convert_gguf(gguf_path: Path, out_dir: Path, *, name: str, sha256: str, source: dict[str, Any],
-                 progress: bool = True) -> Path:
+                 progress: bool = True, dtype: str = DEFAULT_STORE_DTYPE) -> Path:
+    """Dequantize the GGUF and save it as `dtype` safetensors. transformers dequantizes to float32
+    and casts to `dtype` while loading, so a bf16 folder holds exactly the bf16 weights a float32
+    folder cast at load gave (tests/integration/test_models_gguf.py checks it tensor by tensor)."""
     import torch
     import transformers
     from tqdm.auto import tqdm
@@ -66,9 +74,10 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, name: str, sha256: str, sour
     for stale in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
-    _check_disk(out_dir.parent, meta.tensor_elements * 4, what=f"the float32 conversion of {gguf_path.name}")
+    _check_disk(out_dir.parent, meta.tensor_elements * STORE_DTYPES[dtype],
+                what=f"the {dtype} conversion of {gguf_path.name}")
     tmp.mkdir(parents=True)
-    log.warning("model %s: converting %s (%s) to float32 safetensors, once", name, gguf_path.name, meta.file_type)
+    log.warning("model %s: converting %s (%s) to %s safetensors, once", name, gguf_path.name, meta.file_type, dtype)
     steps = tqdm(total=5, desc=f"convert {name}", unit="step", disable=not progress)
     bars_were_on = hf_logging.is_progress_bar_enabled()
     if not progress:
@@ -80,7 +89,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, name: str, sha256: str, sour
 
         steps.set_postfix_str("dequantize")
         model = AutoModelForCausalLM.from_pretrained(
-            str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32, local_files_only=True
+            str(gguf_path.parent), gguf_file=gguf_path.name, dtype=getattr(torch, dtype), local_files_only=True
         )
         # The GGUF quantizer stays attached after dequantizing and refuses to save (docs/models.md, Conversion).
         model.hf_quantizer = None
@@ -118,7 +127,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, name: str, sha256: str, sour
                      "architecture": meta.architecture, "quantization": meta.file_type},
             "architecture": (model.config.architectures or [type(model).__name__])[0],
             "parameters": sum(p.numel() for p in model.parameters()),
-            "dtype": "float32",
+            "dtype": dtype,
             "weight_files": report.weight_files,
             "weight_bytes": report.weight_bytes,
             "tokenizer": {**gt.describe(saved_tok, eos_ids, fixes), "check": check},
@@ -128,7 +137,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, name: str, sha256: str, sour
             "python_version": platform.python_version(),
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "conversion_seconds": round(time.monotonic() - started, 1),
-            "note": (f"weights are dequantized from a {meta.file_type or 'quantized'} GGUF to float32: they carry "
+            "note": (f"weights are dequantized from a {meta.file_type or 'quantized'} GGUF to {dtype}: they carry "
                      "the GGUF's rounding, so a 'full precision' baseline of this model is really dequantized "
                      f"{meta.file_type or 'GGUF'}"),
         }

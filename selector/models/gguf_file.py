@@ -57,11 +57,11 @@ def _incomplete(path: str, size: int, mtime_ns: int) -> str | None:
 class GgufSource:
     def resolve(self, ctx: SourceContext) -> ResolvedModel:
         recipe = self._recipe(ctx)
-        folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe))
+        folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe), ctx.dtype)
         if folder is not None:
             return resolved_from(folder, ctx)
         with ctx.cache.lock(ctx.label):
-            folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe))
+            folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe), ctx.dtype)
             if folder is not None:  # another process finished it while we waited
                 return resolved_from(folder, ctx)
             path = self._fetch(ctx)
@@ -70,11 +70,11 @@ class GgufSource:
 
     def is_ready(self, ctx: SourceContext) -> bool:
         """Converted already: resolving reads the cache and writes nothing."""
-        return converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, self._recipe(ctx))) is not None
+        return converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, self._recipe(ctx)), ctx.dtype) is not None
 
     def check_available(self, ctx: SourceContext) -> tuple[bool, str]:
         recipe = self._recipe(ctx)
-        folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe))
+        folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe), ctx.dtype)
         if folder is not None:
             return True, f"converted copy in {folder}"
         if ctx.source.path:
@@ -82,7 +82,7 @@ class GgufSource:
             problem = gguf_problem(path)
             if problem:
                 return False, problem
-            return True, f"{path} (converted to float32 safetensors on first use)"
+            return True, f"{path} (converted to {ctx.dtype} safetensors on first use)"
         return hub_repo_available(self._repo(ctx), ctx.source.revision, True, needed_file=str(ctx.source.gguf_file))
 
     def _recipe(self, ctx: SourceContext) -> dict[str, Any]:

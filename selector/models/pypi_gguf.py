@@ -26,11 +26,11 @@ INDEX_TIMEOUT_S = 20
 class PypiGgufSource:
     def resolve(self, ctx: SourceContext) -> ResolvedModel:
         pins, recipe = self._pins(ctx), self._recipe(ctx)
-        folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe))
+        folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe), ctx.dtype)
         if folder is not None:
             return resolved_from(folder, ctx)
         with ctx.cache.lock(ctx.label):
-            folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe))
+            folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe), ctx.dtype)
             if folder is not None:  # another process finished it while we waited
                 return resolved_from(folder, ctx)
             sha = self._assembled_sha(ctx, recipe) or self._assemble(ctx, pins, recipe)
@@ -38,11 +38,11 @@ class PypiGgufSource:
 
     def is_ready(self, ctx: SourceContext) -> bool:
         """Converted already: resolving reads the cache and writes nothing."""
-        return converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, self._recipe(ctx))) is not None
+        return converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, self._recipe(ctx)), ctx.dtype) is not None
 
     def check_available(self, ctx: SourceContext) -> tuple[bool, str]:
         pins, recipe = self._pins(ctx), self._recipe(ctx)
-        folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe))
+        folder = converted_dir(ctx.cache, ctx.label, self._known_sha(ctx, recipe), ctx.dtype)
         if folder is not None:
             return True, f"converted copy in {folder}"
         if self._known_sha(ctx, recipe) and ctx.cache.gguf_file(ctx.label).is_file():

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from selector.config import ModelConfig, SourceConfig
 from selector.errors import ConfigError
-from selector.models.cache import CacheLayout
+from selector.models.cache import DEFAULT_STORE_DTYPE, CacheLayout
 from selector.models.resolved import ResolvedModel
 from selector.origin import Origin
 from selector.registry import Registry, UnknownNameError
@@ -31,6 +31,7 @@ class SourceContext:
     cache: CacheLayout
     progress: bool = True
     prequantized: bool = False
+    dtype: str = DEFAULT_STORE_DTYPE  # what a GGUF is converted to: the dtype the precision loads
 
     @property
     def label(self) -> str:

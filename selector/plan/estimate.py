@@ -111,14 +111,16 @@ def serving_shape(cfg: SelectorConfig, tasks: list, encode) -> tuple[int, int]: 
 
 
 def serving_bytes(cfg: SelectorConfig, device: str, *, batch: int, context: int,
-                  runtime_bytes: int | None) -> int | None:
+                  runtime_bytes: int | None, copies: int = 1) -> int | None:
     """plan's estimate of a variant's serving peak: its weights, the KV cache and activations at the
     batch and context it ran, and the runtime (in-process: measured before the model loaded; a
-    server: its engine's own, selector.engines)."""
+    server: its engine's own, selector.engines). copies: servers each holding the weights (vLLM
+    instances); the runtime given covers them all."""
     arch = read_arch(cfg.model, Path(cfg.cache_dir).expanduser())
     if arch is None or runtime_bytes is None:
         return None
     weights = estimate_weights(arch, cfg.precision, device.split(":")[0], cfg.engine.kind,
                                prequantized=cfg.precision.name in cfg.model.prequantized).bytes
     dtype = cfg.precision.dtype
-    return weights + kv_cache_bytes(arch, batch, context, dtype) + activation_bytes(arch, batch, context, dtype) + runtime_bytes
+    return (copies * weights + kv_cache_bytes(arch, batch, context, dtype) + activation_bytes(arch, batch, context, dtype)
+            + runtime_bytes)

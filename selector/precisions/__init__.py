@@ -37,7 +37,8 @@ def load_variant(model, precision, cache_dir, device: str, *, calibration=None, 
     from selector.config import CalibrationConfig
     from selector.precisions.loading import LoadContext
 
-    resolved = models.resolve(model, Path(cache_dir), precision=precision.name, progress=progress)
+    resolved = models.resolve(model, Path(cache_dir), precision=precision.name, dtype=precision.dtype,
+                              progress=progress)
     ctx = LoadContext(model_cfg=model, device=device, cache_dir=Path(cache_dir),
                       calibration=calibration if calibration is not None else CalibrationConfig(),
                       progress=progress, prepare_only=prepare_only)

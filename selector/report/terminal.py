@@ -14,6 +14,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from selector.report import fmt
+from selector.report.console import print_fitted
 from selector.selection.measures import PROCESS_PEAK, serving_peak
 from selector.report.view import (
     best_throughput, ci_label, order_records, task_floor, task_names, verdict_status, verdicts_by_variant,
@@ -151,9 +152,10 @@ def _load_table(records: list[RunRecord], settings: list[SettingChoice]) -> Rend
 
 def print_terminal_summary(records: list[RunRecord], selection: Selection, *, console: Console | None = None,
                            report_paths: dict[str, Path] | None = None) -> None:
-    """Print the summary (and where the report files are) to the console."""
+    """Print the summary (and where the report files are) to the console; in a log file or a pipe
+    at the width its tables need, so no column is cut."""
     console = console or Console()
-    console.print(render_terminal_summary(records, selection))
+    print_fitted(console, render_terminal_summary(records, selection))
     for kind, path in (report_paths or {}).items():
         line = Text(f"{kind} report: ", style="dim")
         line.append(str(path))

@@ -154,7 +154,7 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
         tput = best_throughput(r)
         row += [
             Cell(fmt.gigabytes(r.memory.weight_bytes if r.memory else None), "num"),
-            Cell(fmt.gigabytes(peak) + (" *" if peak_kind == PROCESS_PEAK else ""), "num", peak_kind),
+            Cell(fmt.gigabytes(peak) + (" *" if peak_kind == PROCESS_PEAK else ""), "num", _peak_title(r, peak_kind)),
             _planned_cell(r, peak),
         ]
         if has_phases:
@@ -170,8 +170,12 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
         ]
         if has_fidelity:
             fid = r.fidelity
-            title = f"vs {fid.baseline}, {fid.positions} positions" if fid else ""
-            row += [Cell(fmt.sig(fid.mean_kl) if fid else fmt.DASH, "num", title),
+            served = fid is not None and fid.method != "full"  # a server's top-k: a coarser lower bound
+            title = (f"vs {fid.baseline}, {fid.positions} positions"
+                     + (f"; from the server's {fid.method} log-probabilities: reads about a fifth low" if served else "")
+                     if fid else "")
+            kl = (("≥ " if served else "") + fmt.sig(fid.mean_kl)) if fid else fmt.DASH
+            row += [Cell(kl, "num", title),
                     Cell(fmt.pct(fid.top1_agreement) if fid else fmt.DASH, "num", title)]
         if has_flips:
             row.append(_flips_cell(verdict))
@@ -197,6 +201,17 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
         "ran the linear layers (class of the first quantized one); marked: a quantized checkpoint run unpacked."
     )
     return table
+
+
+def _peak_title(record: RunRecord, kind: str) -> str:
+    """What the serving peak is; for a server, its footprint with the preallocated KV pool beside it."""
+    mem = record.memory
+    if mem is None or mem.footprint is None:
+        return kind
+    pool = fmt.gigabytes(mem.kv_pool_bytes) if mem.kv_pool_bytes is not None else "?"
+    used = fmt.gigabytes(mem.kv_peak_bytes) if mem.kv_peak_bytes is not None else "?"
+    return (f"{kind}: what the server needs, its footprint {fmt.gigabytes(_phase_bytes(mem.footprint))} GB with its "
+            f"preallocated KV pool of {pool} GB replaced by the {used} GB in use at the peak")
 
 
 def _phase_bytes(peak: Any) -> int | None:

@@ -56,7 +56,8 @@ def availability(cfg: SelectorConfig, device: str | None = None) -> tuple[bool, 
     why = engine_for(cfg.engine).unavailable(cfg)
     if why:
         return False, why
-    ok, why = models.check_available(cfg.model, precision=cfg.precision.name, cache_dir=Path(cfg.cache_dir))
+    ok, why = models.check_available(cfg.model, precision=cfg.precision.name, dtype=cfg.precision.dtype,
+                                     cache_dir=Path(cfg.cache_dir))
     if not ok:
         return False, f"model={cfg.model.name}: {why}"
     try:

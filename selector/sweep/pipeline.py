@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 from selector.config import SelectorConfig, to_dict
 from selector.engines import engine_for
+from selector.engines.base import Evaluator
 from selector.engines.spec import StartContext
 from selector.errors import UnavailableError
 from selector.measure.contention import CpuShare
@@ -207,7 +208,7 @@ class VariantRun:
             log.warning("no memory figures for %s: %s: %s", self.variant.name, type(e).__name__, e)
             return
         memory.prepare = self.phases.get("prepare")
-        runtime = self.engine.planned_runtime_bytes(device) or memory.runtime_rss_bytes
+        runtime = memory.runtime_rss_bytes if self.engine.in_process else self.engine.planned_runtime_bytes(device)
         memory.planned_serving_bytes = self._planned_serving(running, device, runtime)
         self.record.memory = memory
 
@@ -219,12 +220,13 @@ class VariantRun:
             return None
         try:
             batch, context = serving_shape(self.cfg, self.tasks, running.encode)
-            return serving_bytes(self.cfg, device, batch=batch, context=context, runtime_bytes=runtime_bytes)
+            return serving_bytes(self.cfg, device, batch=batch, context=context, runtime_bytes=runtime_bytes,
+                                 copies=self.engine.copies())
         except Exception as e:  # an estimate beside the figure: never a reason to lose the figure
             log.warning("no plan estimate of the serving peak: %s: %s", type(e).__name__, e)
             return None
 
-    def _prepare_evaluation(self, tasks) -> None:  # type: ignore[no-untyped-def]
+    def _prepare_evaluation(self, tasks: list[Any]) -> None:
         """The item store of this variant's evaluation key, and the floors' tests when it may stop early."""
         from selector.search.sequential import floor_tests_for_policy
         from selector.sweep.keys import evaluation_key
@@ -244,7 +246,7 @@ class VariantRun:
         if cfg.policy.rule == "non_inferiority" and not self.is_reference:
             self.reference = self._reference_scores(tasks)
 
-    def _reference_scores(self, tasks) -> dict[str, list[float]] | None:  # type: ignore[no-untyped-def]
+    def _reference_scores(self, tasks: list[Any]) -> dict[str, list[float]] | None:
         """The reference variant's scores in evaluation order, for the non-inferiority tests."""
         if not self.reference_key:
             raise UnavailableError("adaptive search under the non_inferiority rule needs the reference's scores, "
@@ -253,7 +255,7 @@ class VariantRun:
         seen = {t.name: store.load(t.name) for t in tasks}
         return evaluation.prefix_scores(evaluation.evaluation_orders(tasks, evaluation.order_seed_of(self.cfg)), seen)
 
-    def evaluate(self, engine, tasks) -> None:  # type: ignore[no-untyped-def]
+    def evaluate(self, engine: Evaluator | None, tasks: list[Any]) -> None:
         """Score the items (reusing stored ones), in rounds when the search may stop early."""
         from tqdm.auto import tqdm
 
@@ -263,7 +265,7 @@ class VariantRun:
         total = sum(len(t.items) for t in tasks)
         with tqdm(total=total, desc=f"evaluate {self.variant.name}", unit="item", disable=engine is None) as bar:
 
-            def score(task, ids: list[str]) -> list[SampleRecord]:  # type: ignore[no-untyped-def]
+            def score(task: Any, ids: list[str]) -> list[SampleRecord]:
                 return self._score_items(engine, task, ids, bar)
 
             round_size = cfg.search.round_size if self.stopper is not None else None
@@ -286,7 +288,7 @@ class VariantRun:
             log.info("%s stopped after %d of %d items: %s", self.variant.name, outcome.info.items_evaluated,
                      outcome.info.items_total, outcome.decision.reason)
 
-    def _score_items(self, engine, task, ids: list[str], bar) -> list[SampleRecord]:  # type: ignore[no-untyped-def]
+    def _score_items(self, engine: Evaluator | None, task: Any, ids: list[str], bar: Any) -> list[SampleRecord]:
         import dataclasses
 
         from selector.tasks import evaluate_task

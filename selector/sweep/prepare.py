@@ -45,7 +45,7 @@ def reasons_to_prepare(cfg: SelectorConfig, backend: Any, tasks: Sequence[Any]) 
     from selector import models
     from selector.precisions.loading import load_tokenizer
 
-    if not models.is_ready(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name):
+    if not models.is_ready(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, dtype=cfg.precision.dtype):
         return ["the model's source is not converted yet"]
     reasons = []
     prequantized = cfg.precision.name in cfg.model.prequantized
@@ -54,7 +54,8 @@ def reasons_to_prepare(cfg: SelectorConfig, backend: Any, tasks: Sequence[Any]) 
     if _wants_reference(cfg):
         from selector.measure.fidelity import reference_exists
 
-        resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, progress=False)
+        resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name,
+                                  dtype=cfg.precision.dtype, progress=False)
         if not reference_exists(cfg, tasks, load_tokenizer(resolved)):
             reasons.append(f"the fidelity reference of {cfg.model.name}/{cfg.baseline_precision} is not cached")
     return reasons
@@ -93,7 +94,7 @@ def prepare(cfg: SelectorConfig, baseline: dict[str, Any] | None, device: str) -
 
     tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
     did = []
-    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name)
+    resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, dtype=cfg.precision.dtype)
     did.append(f"resolved {cfg.model.name} ({resolved.path})")
     if get_backend(cfg.precision.backend).builds_artifact and not resolved.prequantized:
         _, prepared = load_variant(cfg.model, cfg.precision, cfg.cache_dir, device, calibration=cfg.calibration,
@@ -111,11 +112,21 @@ def prepare(cfg: SelectorConfig, baseline: dict[str, Any] | None, device: str) -
     return did
 
 
+def machine_load(share: Any) -> str:
+    """What else ran on the machine while preparing (in the record with what was prepared): on 2 cores
+    one busy neighbour (or a hypervisor's steal) made SmolLM2's GPTQ take 1.7 times as long (docs/precisions.md)."""
+    if share.other is None:
+        return "other processes' share of the CPU: not measured (under a second)"
+    busy = " (busy: it took longer than it would on a quiet machine)" if share.as_dict()["busy"] else ""
+    return f"other processes took {share.other:.0%} of the {share.cores} cores meanwhile{busy}"
+
+
 def main(argv: list[str]) -> int:
     import torch
 
     from selector.compose import config_from_dict
     from selector.logs import setup_logging
+    from selector.measure.contention import CpuShare
     from selector.measure.memory import peak_rss_bytes
     from selector.sweep.device import resolve_device
 
@@ -130,7 +141,9 @@ def main(argv: list[str]) -> int:
     device = "cpu"
     try:
         device = resolve_device(cfg.device)
-        outcome["did"] = prepare(cfg, request.get("baseline"), device)
+        with CpuShare() as share:
+            outcome["did"] = prepare(cfg, request.get("baseline"), device)
+        outcome["did"].append(machine_load(share))
     except Exception as e:  # said to the worker, which records the variant as skipped or failed
         outcome["error"] = {"type": type(e).__name__, "message": str(e)[:4000],
                             "unavailable": isinstance(e, UnavailableError)}

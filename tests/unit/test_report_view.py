@@ -157,6 +157,29 @@ def test_memory_columns_show_the_serving_peak_beside_plans_estimate_and_mark_old
     assert tiles["serving peak memory"]["value"] == "3.00 GB" and tiles["serving peak memory"]["sub"] == "serving peak (RSS)"
 
 
+def test_a_served_variant_shows_its_footprint_and_its_top_k_fidelity_as_such() -> None:
+    from selector.records import FidelityResult, MemoryResult, PeakMemory
+
+    gb = 10**9
+    served = _record("m", "int4", 1_000_000_000, 120_000_000, 0.8)
+    served.memory = MemoryResult(weight_bytes=120_000_000, serving=PeakMemory(rss_bytes=int(3.4 * gb)),
+                                 footprint=PeakMemory(rss_bytes=int(5.4 * gb)), kv_pool_bytes=2 * 2**30,
+                                 kv_peak_bytes=int(0.12 * gb), weights_source="checkpoint")
+    served.fidelity = FidelityResult(baseline="m/bf16", mean_kl=0.127, top1_agreement=0.89, positions=1152,
+                                     method="top-20")
+    local = _record("m", "int8", 1_000_000_000, 160_000_000, 0.85)
+    local.fidelity = FidelityResult(baseline="m/bf16", mean_kl=0.0135, top1_agreement=0.97, positions=1152)
+    selection = Selection(policy={}, winner="m/int4", reference=None, summary="", verdicts=[])
+    table = view.variant_table([served, local], selection)
+    col = table.columns.index
+    by_name = {row[0].text: row for row in table.rows}
+    peak = by_name["m/int4"][col("serving peak GB")]
+    assert peak.text == "3.40" and "footprint 5.40 GB" in peak.title and "KV pool of 2.15 GB" in peak.title
+    assert "0.120 GB in use" in peak.title
+    assert by_name["m/int4"][col("KL")].text == "≥ 0.127" and "top-20" in by_name["m/int4"][col("KL")].title
+    assert by_name["m/int8"][col("KL")].text == "0.0135"
+
+
 def test_paired_table_flags_by_holm_over_the_whole_table() -> None:
     """Two cells with raw p < 0.05 but only one survives Holm over the table's four tests."""
     from selector.verdicts import PairedDiff
