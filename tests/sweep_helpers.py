@@ -1,11 +1,21 @@
-"""Running the product the way a user does (`python -m selector ...`) and reading its MLflow store."""
+"""Running the product the way a user does (`python -m selector ...`) and reading its MLflow store.
+
+`run_selector` starts the command line as a process of its own. Input that must stop before anything
+loads runs through `run_in_process`: the command line's own entry (selector.cli.main) in the test's
+process, with its exit code, stdout and stderr caught as a process would give them, without the
+seconds a new Python spends importing torch and MLflow. tests/integration/test_sweep_tiny.py keeps
+a real process for the exit code and the absence of a traceback.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +36,59 @@ def run_selector(setup: dict[str, Path], *overrides: str, env: dict[str, str] | 
                  timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run(selector_cmd(setup, *overrides), capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def run_in_process(setup: dict[str, Path], *overrides: str,
+                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m selector` with these overrides, run in this process as run_selector runs it."""
+    return cli_in_process(*selector_cmd(setup, *overrides)[3:], env=env)
+
+
+def cli_in_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m selector ARGV...` (a sweep or a sub-command) run by selector.cli.main in this process
+    from the repository root; what the Hydra app and the command change in the process (logging,
+    signal handlers, environment variables, the working directory) is put back after."""
+    from selector import cli
+    from selector.api import _hydra_in_this_process
+
+    # with a binary buffer under the text, as a process's own streams have (the sweep copies its
+    # workers' output to sys.stderr.buffer)
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="replace", write_through=True)
+                for _ in range(2))
+    code: int | str | None = 0
+    with _hydra_in_this_process(), _environment(env or {}), _cwd(ROOT), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main(list(argv))
+        except SystemExit as e:
+            code = e.code
+    returncode = code if isinstance(code, int) else 0 if code is None else 1
+    text = [stream.buffer.getvalue().decode("utf-8", errors="replace")  # type: ignore[attr-defined]
+            for stream in (out, err)]
+    return subprocess.CompletedProcess(list(argv), returncode, *text)
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """These variables set while the command runs; the environment as it was after (a command may
+    set some itself, as the MLflow tracker sets its retry count)."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _cwd(path: Path) -> Iterator[None]:
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 def start_selector(setup: dict[str, Path], *overrides: str, env: dict[str, str] | None = None) -> subprocess.Popen:

@@ -19,6 +19,17 @@ QUANT_BY_BACKEND: dict[str, tuple[str, ...]] = {
 QUANT_MODULES = tuple(dict.fromkeys(m for modules in QUANT_BY_BACKEND.values() for m in modules))
 
 
+# Seconds each heavy test file takes on a quiet 2-core machine, from the suite's --durations:
+# tests/conftest.py hands the heaviest out first, so that the two workers of `make test` finish
+# together. Re-measure when a file here gets much lighter or heavier.
+FILE_SECONDS: dict[str, float] = {}
+
+
+def file_seconds(file: str) -> float:
+    """The seconds FILE_SECONDS gives a test file (its path from the repository root), else 0."""
+    return FILE_SECONDS.get(file, 0.0)
+
+
 def missing_vllm() -> str | None:
     """Why a real vLLM server cannot start here (the one line selector itself prints), or None."""
     from selector.engines.vllm import VllmConfig

@@ -8,6 +8,12 @@ a fixed function of the variant, the task and the item, so a sweep is the same e
 requests behave like a server with `slots` requests computing at once: the first token after
 `ttft_ms`, then one every `ms_per_token`, queueing when every slot is busy (a known service time).
 Nothing is converted or quantized, and its memory is plan's estimate of the weights.
+
+Fidelity runs as for an in-process model, on made-up distributions: a prompt's tokens are its words
+hashed into a vocabulary of `vocab` ids, and the next-token distribution after a prefix is a fixed
+draw per (seed, model, prefix); every precision but the sweep's baseline adds its own fixed noise
+of scale `logit_noise` to the logits, so the baseline writes the reference and its siblings differ
+from it by a KL that grows with that scale.
 """
 
 from __future__ import annotations
@@ -16,15 +22,14 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from selector.engines.base import Generation, GenerationRequest, Loglikelihood, LoglikelihoodRequest, Prompt
-from selector.engines.spec import Batching, Engine, EngineInfo, Range, Running, StartContext
+from selector.engines.spec import Batching, Engine, EngineInfo, Range, Running, StartContext, TopLogprobs
 from selector.engines.trace import RequestTrace
-from selector.errors import UnavailableError
 
 
 @dataclass
@@ -39,6 +44,8 @@ class ScriptedEngineConfig:
     slots: int = 4  # requests computing at once; the rest wait
     batch_size: int = 8
     seed: int = 0
+    vocab: int = 256  # token ids a prompt's words hash into (fidelity's probes)
+    logit_noise: float = 0.5  # the scale of a non-baseline precision's difference from the baseline's logits
 
 
 class ScriptedEngine(Engine):
@@ -48,7 +55,8 @@ class ScriptedEngine(Engine):
     needs_checkpoint = False
     ranges = (Range("default_accuracy", lambda v: 0 <= v <= 1, "a probability in [0, 1]"),
               Range("ttft_ms", lambda v: v >= 0, "0 or more"), Range("ms_per_token", lambda v: v >= 0, "0 or more"),
-              Range("slots", lambda v: v >= 1, "at least 1"), Range("batch_size", lambda v: v >= 1, "at least 1"))
+              Range("slots", lambda v: v >= 1, "at least 1"), Range("batch_size", lambda v: v >= 1, "at least 1"),
+              Range("vocab", lambda v: v >= 2, "at least 2"), Range("logit_noise", lambda v: v >= 0, "0 or more"))
 
     def check(self, cfg: Any, origin: Any) -> None:
         for name, tasks in self.config.accuracy.items():
@@ -62,6 +70,18 @@ class ScriptedEngine(Engine):
 
 def _key(prompt: Prompt) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+
+
+def _draw(*parts: object) -> int:
+    """A fixed 64-bit number for these parts."""
+    return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8], "big")
+
+
+def _normal(size: int, *parts: object) -> Any:
+    """`size` standard normal numbers, fixed for these parts."""
+    import numpy as np
+
+    return np.random.default_rng(_draw(*parts)).standard_normal(size)
 
 
 class ScriptedRunning(Running):
@@ -91,8 +111,7 @@ class ScriptedRunning(Running):
 
     def right(self, task: str, item: str) -> bool:
         """Whether this variant answers this item right: a fixed draw per (variant, task, item)."""
-        text = f"{self.config.seed}/{self.cfg.model.name}/{self.cfg.precision.name}/{task}/{item}"
-        draw = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
+        draw = _draw(self.config.seed, self.cfg.model.name, self.cfg.precision.name, task, item) / 2**64
         return draw < self.probability(task)
 
     def generate(self, requests: list[GenerationRequest], progress: Any = None) -> list[Generation]:
@@ -154,8 +173,26 @@ class ScriptedRunning(Running):
 
         yield Channel(send, lambda: UtilizationMonitor(own_process, time.thread_time, [], subtract_harness=True))
 
-    def token_logprobs(self, prompts: list[list[int]], positions: int) -> Any:
-        raise UnavailableError("the scripted engine has no model to give next-token distributions")
+    # ---- fidelity ---------------------------------------------------------------------------------
+    def encode(self, prompt: Prompt) -> list[int]:
+        return [_draw(word) % self.config.vocab for word in self.render(prompt).split()]
+
+    def token_logprobs(self, prompts: list[list[int]], positions: int) -> Iterator[TopLogprobs]:
+        """The whole vocabulary's log-probabilities after each of a probe's last `positions` prefixes."""
+        import numpy as np
+        import torch
+
+        config, model, precision = self.config, self.cfg.model.name, self.cfg.precision.name
+        noise = 0.0 if precision == self.cfg.baseline_precision else config.logit_noise
+        for ids in prompts:
+            rows = []
+            for end in range(max(1, len(ids) - positions + 1), len(ids) + 1):
+                prefix = ",".join(map(str, ids[:end]))
+                logits = 2.0 * _normal(config.vocab, config.seed, model, prefix)
+                if noise:
+                    logits += noise * _normal(config.vocab, config.seed, model, precision, prefix)
+                rows.append(logits)
+            yield TopLogprobs(logp=torch.log_softmax(torch.tensor(np.array(rows), dtype=torch.float32), dim=-1))
 
     # ---- memory and what ran ---------------------------------------------------------------------
     def memory(self) -> Any:

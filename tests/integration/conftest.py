@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripted import write_scripted_engine
 from tests.tiny import build_tiny_llama, write_model_config
 
 
@@ -17,3 +18,11 @@ def tiny_setup(tmp_path: Path, tiny_model_dir: Path) -> dict[str, Path]:
     """A user's config folder with model=tiny, and fresh output and cache folders."""
     write_model_config(tmp_path / "conf", "tiny", tiny_model_dir)
     return {"base": tmp_path, "conf": tmp_path / "conf", "out": tmp_path / "out", "cache": tmp_path / "cache"}
+
+
+@pytest.fixture
+def scripted(tiny_setup: dict[str, Path]) -> str:
+    """engine/scripted-tiny.yaml in tiny_setup's config folder, and the override that picks it: a
+    sweep on it runs without a model (tests/scripted.py)."""
+    write_scripted_engine(tiny_setup["conf"])
+    return "engine=scripted-tiny"

@@ -1,5 +1,6 @@
 """Bad input stops the run before any model loads: exit code 2, one paragraph naming the file, line
-and field, no traceback, and nothing written to MLflow."""
+and field, no traceback, and nothing written to MLflow. Each runs the command line's own entry in
+this process (tests/sweep_helpers.py run_in_process); test_sweep_tiny.py runs one as a process."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from selector.paths import DEFAULT_EVALSET
-from tests.sweep_helpers import run_selector
+from tests.sweep_helpers import run_in_process
+
+pytestmark = pytest.mark.fast  # make test-fast: the command line's bad-input paths, in seconds
 
 
 def assert_usage_error(result, *needles: str) -> None:  # type: ignore[no-untyped-def]
@@ -29,7 +32,7 @@ def test_malformed_eval_row_names_file_and_line(tiny_setup: dict[str, Path]) -> 
     rows = (evalset / "arithmetic.jsonl").read_text().splitlines()
     rows[4] = rows[4][:-5]  # a truncated JSON object on line 5
     (evalset / "arithmetic.jsonl").write_text("\n".join(rows) + "\n")
-    result = run_selector(tiny_setup, "model=tiny", "precision=fp32", f"evalset.path={evalset}")
+    result = run_in_process(tiny_setup, "model=tiny", "precision=fp32", f"evalset.path={evalset}")
     assert_usage_error(result, "arithmetic.jsonl:5")
     assert not (tiny_setup["out"] / "mlflow.db").exists()
 
@@ -38,7 +41,7 @@ def test_task_yaml_missing_a_field(tiny_setup: dict[str, Path]) -> None:
     evalset = copy_default_evalset(tiny_setup["base"] / "evalset")
     text = (evalset / "sentiment.yaml").read_text().replace("data: sentiment.jsonl\n", "")
     (evalset / "sentiment.yaml").write_text(text)
-    result = run_selector(tiny_setup, "model=tiny", "precision=fp32", f"evalset.path={evalset}")
+    result = run_in_process(tiny_setup, "model=tiny", "precision=fp32", f"evalset.path={evalset}")
     assert_usage_error(result, "sentiment.yaml", "data")
     assert not (tiny_setup["out"] / "mlflow.db").exists()
 
@@ -48,7 +51,7 @@ def test_row_missing_a_template_field(tiny_setup: dict[str, Path]) -> None:
     lines = (evalset / "extraction.jsonl").read_text().splitlines()
     lines[2] = lines[2].replace('"text"', '"txt"')
     (evalset / "extraction.jsonl").write_text("\n".join(lines) + "\n")
-    result = run_selector(tiny_setup, "model=tiny", "precision=fp32", f"evalset.path={evalset}")
+    result = run_in_process(tiny_setup, "model=tiny", "precision=fp32", f"evalset.path={evalset}")
     assert_usage_error(result, "extraction.jsonl:3", "text")
 
 
@@ -71,8 +74,8 @@ def test_row_missing_a_template_field(tiny_setup: dict[str, Path]) -> None:
 def test_bad_config_is_a_usage_error(tmp_path: Path, override: str, needles: tuple[str, ...]) -> None:
     setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": tmp_path / "cache"}
     (tmp_path / "conf").mkdir()
-    result = run_selector(setup, override, "model=smollm2-135m", "precision=bf16", timeout=300) \
-        if not override.startswith(("model=", "precision=")) else run_selector(setup, override, timeout=300)
+    result = run_in_process(setup, override, "model=smollm2-135m", "precision=bf16") \
+        if not override.startswith(("model=", "precision=")) else run_in_process(setup, override)
     assert_usage_error(result, *needles)
     assert not (tmp_path / "out" / "mlflow.db").exists()
 
@@ -85,7 +88,7 @@ def test_truncated_weights_are_rejected_before_loading(tiny_setup: dict[str, Pat
     from tests.tiny import write_model_config
 
     write_model_config(tiny_setup["conf"], "broken", broken)
-    result = run_selector(tiny_setup, "model=broken", "precision=fp32")
+    result = run_in_process(tiny_setup, "model=broken", "precision=fp32")
     assert_usage_error(result, "model.safetensors")
     assert not (tiny_setup["out"] / "mlflow.db").exists()
 
@@ -93,5 +96,5 @@ def test_truncated_weights_are_rejected_before_loading(tiny_setup: dict[str, Pat
 def test_bad_value_in_a_users_config_file_names_file_and_line(tiny_setup: dict[str, Path]) -> None:
     path = tiny_setup["conf"] / "model" / "tiny.yaml"
     path.write_text(path.read_text().replace("params_b: 0.0001", "params_b: a lot"))
-    result = run_selector(tiny_setup, "model=tiny", "precision=fp32")
+    result = run_in_process(tiny_setup, "model=tiny", "precision=fp32")
     assert_usage_error(result, "tiny.yaml:3", "model.params_b", "Float")

@@ -9,8 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from selector.records import RunRecord
 from tests.unit.test_compare import rec, side
+
+pytestmark = pytest.mark.fast  # make test-fast: the sub-commands as processes
 
 ROOT = Path(__file__).resolve().parents[2]
 

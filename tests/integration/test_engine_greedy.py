@@ -12,6 +12,8 @@ import torch
 from selector.engines.greedy import greedy_generate
 from selector.engines.hf import HFEngine, StopOnStrings
 
+pytestmark = pytest.mark.fast  # make test-fast: the in-process engine on the tiny model
+
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir: Path):  # type: ignore[no-untyped-def]

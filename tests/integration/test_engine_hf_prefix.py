@@ -14,6 +14,8 @@ import pytest
 from selector.engines.base import GenerationRequest, LoglikelihoodRequest
 from selector.engines.hf import HFEngine, shared_prefix_length
 
+pytestmark = pytest.mark.fast  # make test-fast
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

@@ -1,5 +1,11 @@
 """Fault injection: each failure is recorded with its stage and reason, nothing measured is lost,
-and the sweep goes on (or, when killed, resumes to exactly one completed child run per variant)."""
+and the sweep goes on (or, when killed, resumes to exactly one completed child run per variant).
+
+The faults are the worker process's and the sweep's, not the model's: the sweeps run on
+engine=scripted-tiny (tests/scripted.py), whose variants pass through the same stages (load,
+evaluate, fidelity, measure) in their own worker processes without loading a model. A sweep that is
+signalled, or runs beside another, is a process of its own; the others run the command line's entry
+in this process (tests/sweep_helpers.py run_in_process)."""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import QUICK, mlflow_runs, run_selector, start_selector
+from tests.sweep_helpers import QUICK, mlflow_runs, run_in_process, run_selector, start_selector
 
 
 def by_name(children: list) -> dict:
@@ -37,12 +43,13 @@ def wait_for_stage(out: Path, name: str, stage: str, timeout: float = 300) -> No
     raise AssertionError(f"{name} never reached stage {stage}")
 
 
-@pytest.mark.slow  # 120 s: four variants, one waits out a 60 s time limit
 @pytest.mark.quant("bitsandbytes")  # tiny/int8 must complete beside the broken variants
-def test_raise_segfault_and_hang_are_recorded_and_the_sweep_goes_on(tiny_setup: dict[str, Path]) -> None:
+def test_raise_segfault_and_hang_are_recorded_and_the_sweep_goes_on(tiny_setup: dict[str, Path],
+                                                                    scripted: str) -> None:
     faults = "tiny/fp32@measure:raise,tiny/bf16@load:segfault,tiny/fp16@measure:hang"
-    result = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16,fp16,int8", "time_limit_s=60", *QUICK,
-                          env={"SELECTOR_INJECT_FAULT": faults})
+    # fp16 hangs in measure until the time limit: a scripted worker reaches measure in seconds
+    result = run_in_process(tiny_setup, "model=tiny", scripted, "precision=fp32,bf16,fp16,int8", "time_limit_s=30",
+                            *QUICK, env={"SELECTOR_INJECT_FAULT": faults})
     assert result.returncode == 0, result.stderr[-4000:]
     parents, children = mlflow_runs(tiny_setup["out"])
     runs = by_name(children)
@@ -72,19 +79,19 @@ def test_raise_segfault_and_hang_are_recorded_and_the_sweep_goes_on(tiny_setup: 
     assert "TimeLimitExceeded" in report and "WorkerKilled" in report and "InjectedFault" in report
 
 
-@pytest.mark.slow  # 45-78 s
-def test_memory_limit_turns_runaway_allocation_into_a_recorded_failure(tiny_setup: dict[str, Path]) -> None:
-    result = run_selector(tiny_setup, "model=tiny", "precision=fp32", "memory_limit_gb=6", *QUICK,
-                          env={"SELECTOR_INJECT_FAULT": "tiny/fp32@evaluate:oom"})
+def test_memory_limit_turns_runaway_allocation_into_a_recorded_failure(tiny_setup: dict[str, Path],
+                                                                       scripted: str) -> None:
+    result = run_in_process(tiny_setup, "model=tiny", scripted, "precision=fp32", "memory_limit_gb=6", *QUICK,
+                            env={"SELECTOR_INJECT_FAULT": "tiny/fp32@evaluate:oom"})
     assert result.returncode == 0, result.stderr[-4000:]
     rec = record_of(tiny_setup["out"], "tiny/fp32")
     assert rec["status"] == "failed" and rec["error"]["type"] == "MemoryError"
     assert rec["error"]["stage"] == "evaluate"
 
 
-@pytest.mark.slow  # 76 s: a sweep, killed, then resumed
-def test_sigkill_mid_variant_then_resume_leaves_one_completed_run_per_variant(tiny_setup: dict[str, Path]) -> None:
-    args = ("model=tiny", "precision=fp32,bf16", *QUICK)
+def test_sigkill_mid_variant_then_resume_leaves_one_completed_run_per_variant(tiny_setup: dict[str, Path],
+                                                                              scripted: str) -> None:
+    args = ("model=tiny", scripted, "precision=fp32,bf16", *QUICK)
     proc = start_selector(tiny_setup, *args, env={"SELECTOR_INJECT_FAULT": "tiny/bf16@evaluate:hang"})
     try:
         wait_for_stage(tiny_setup["out"], "tiny/bf16", "evaluate")
@@ -104,8 +111,8 @@ def test_sigkill_mid_variant_then_resume_leaves_one_completed_run_per_variant(ti
     assert [c.info.run_name for c in killed] == ["tiny/bf16"]
 
 
-def test_sigint_stops_cleanly_and_marks_runs_killed(tiny_setup: dict[str, Path]) -> None:
-    proc = start_selector(tiny_setup, "model=tiny", "precision=fp32", *QUICK,
+def test_sigint_stops_cleanly_and_marks_runs_killed(tiny_setup: dict[str, Path], scripted: str) -> None:
+    proc = start_selector(tiny_setup, "model=tiny", scripted, "precision=fp32", *QUICK,
                           env={"SELECTOR_INJECT_FAULT": "tiny/fp32@evaluate:hang"})
     wait_for_stage(tiny_setup["out"], "tiny/fp32", "evaluate")
     proc.send_signal(signal.SIGINT)
@@ -116,10 +123,9 @@ def test_sigint_stops_cleanly_and_marks_runs_killed(tiny_setup: dict[str, Path])
     assert parents[0].info.status == "KILLED" and children[0].info.status == "KILLED"
 
 
-@pytest.mark.slow  # 58-75 s
-def test_concurrent_sweeps_share_one_store(tiny_setup: dict[str, Path]) -> None:
-    a = start_selector(tiny_setup, "model=tiny", "precision=fp32", *QUICK)
-    b = start_selector(tiny_setup, "model=tiny", "precision=bf16", *QUICK)
+def test_concurrent_sweeps_share_one_store(tiny_setup: dict[str, Path], scripted: str) -> None:
+    a = start_selector(tiny_setup, "model=tiny", scripted, "precision=fp32", *QUICK)
+    b = start_selector(tiny_setup, "model=tiny", scripted, "precision=bf16", *QUICK)
     for proc in (a, b):
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
@@ -130,10 +136,11 @@ def test_concurrent_sweeps_share_one_store(tiny_setup: dict[str, Path]) -> None:
         assert len(mine) == 1 and mine[0].data.tags["selector.status"] == "completed"
 
 
-def test_secrets_in_the_environment_never_reach_mlflow_or_logs(tiny_setup: dict[str, Path]) -> None:
+def test_secrets_in_the_environment_never_reach_mlflow_or_logs(tiny_setup: dict[str, Path],
+                                                               scripted: str) -> None:
     secret = "hf_NotARealTokenButSecret1234567890"
-    result = run_selector(tiny_setup, "model=tiny", "precision=fp32", *QUICK,
-                          env={"HF_TOKEN": secret, "OPENAI_API_KEY": secret, "MY_PASSWORD": secret})
+    result = run_in_process(tiny_setup, "model=tiny", scripted, "precision=fp32", *QUICK,
+                            env={"HF_TOKEN": secret, "OPENAI_API_KEY": secret, "MY_PASSWORD": secret})
     assert result.returncode == 0, result.stderr[-3000:]
     assert secret not in result.stdout + result.stderr
     db = sqlite3.connect(tiny_setup["out"] / "mlflow.db")

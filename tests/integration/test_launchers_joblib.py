@@ -2,6 +2,7 @@
 
 No GPU here: the pool is named through SELECTOR_GPUS, and what is checked is that each job claimed a
 different GPU id, exported it as CUDA_VISIBLE_DEVICES for its worker, and that the jobs overlapped.
+The variants run on engine=scripted-tiny (tests/scripted.py): the launcher is under test, not a model.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from selector.sweep.gpu_pool import GpuPool, gpu_count, visible_gpus
-from tests.tiny import build_tiny_llama, write_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
 
 
+@pytest.mark.fast
 def test_pool_comes_from_selector_gpus_then_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     monkeypatch.setenv("SELECTOR_GPUS", "0, 1,5")
@@ -29,6 +30,7 @@ def test_pool_comes_from_selector_gpus_then_cuda_visible_devices(monkeypatch: py
     assert visible_gpus() == ["2", "3"]
 
 
+@pytest.mark.fast
 def test_a_busy_gpu_is_skipped_and_a_full_pool_waits(tmp_path: Path) -> None:
     first, second, third = (GpuPool(tmp_path, ["0", "1"]) for _ in range(3))
     assert first.acquire(job_num=0) == "0"
@@ -39,6 +41,7 @@ def test_a_busy_gpu_is_skipped_and_a_full_pool_waits(tmp_path: Path) -> None:
     assert third.acquire(job_num=1, timeout_s=5) == "0"
 
 
+@pytest.mark.fast
 def test_claims_hold_across_processes(tmp_path: Path) -> None:
     """Joblib runs jobs in separate processes: a GPU held by one is not handed to another."""
     holder = subprocess.Popen(
@@ -53,6 +56,7 @@ def test_claims_hold_across_processes(tmp_path: Path) -> None:
         holder.wait()
 
 
+@pytest.mark.fast
 def test_n_jobs_is_the_pool_size(monkeypatch: pytest.MonkeyPatch) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -66,12 +70,11 @@ def test_n_jobs_is_the_pool_size(monkeypatch: pytest.MonkeyPatch) -> None:
     assert OmegaConf.select(cfg, "hydra.launcher.n_jobs") == 3  # ${selector_gpu_count:}
 
 
-@pytest.mark.slow
-def test_two_variants_run_at_once_each_on_its_own_gpu(tmp_path: Path) -> None:
-    write_model_config(tmp_path / "conf", "tiny", build_tiny_llama(tmp_path / "tiny-model"))
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"output_dir={out}",
-           f"cache_dir={tmp_path / 'cache'}", "model=tiny", "precision=fp32,bf16", "measure=quick", "search=grid",
+def test_two_variants_run_at_once_each_on_its_own_gpu(tiny_setup: dict[str, Path], scripted: str) -> None:
+    out = tiny_setup["out"]
+    cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tiny_setup['conf']}]", f"output_dir={out}",
+           f"cache_dir={tiny_setup['cache']}", "model=tiny", scripted, "precision=fp32,bf16", "measure=quick",
+           "search=grid",
            "evalset.limit=2", "threads=1", "device=cpu", "hydra/launcher=joblib_gpus"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
                           env={**os.environ, "SELECTOR_GPUS": "4,6"})
@@ -92,17 +95,15 @@ def test_two_variants_run_at_once_each_on_its_own_gpu(tmp_path: Path) -> None:
     assert children[1].info.start_time < children[0].info.end_time, "the joblib jobs did not overlap"
 
 
-@pytest.mark.slow
-def test_adaptive_search_runs_in_waves_of_the_pool_size(tmp_path: Path) -> None:
+def test_adaptive_search_runs_in_waves_of_the_pool_size(tiny_setup: dict[str, Path], scripted: str) -> None:
     """Two GPUs in the pool: waves of two, smallest planned first; once a wave has an eligible
-    variant, the larger ones left are not needed. Fidelity off: with it, bf16 (the baseline) would
-    run alone first so that its siblings find its reference (tests/unit/test_search_driver.py)."""
-    write_model_config(tmp_path / "conf", "tiny", build_tiny_llama(tmp_path / "tiny-model"))
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"output_dir={out}",
-           f"cache_dir={tmp_path / 'cache'}", "model=tiny", "precision=fp32,bf16,int8", "measure=quick",
+    variant, the larger ones left are not needed. Fidelity and the sibling rule off: with either, bf16
+    (the baseline) would run alone first (tests/unit/test_search_driver.py)."""
+    out = tiny_setup["out"]
+    cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tiny_setup['conf']}]", f"output_dir={out}",
+           f"cache_dir={tiny_setup['cache']}", "model=tiny", scripted, "precision=fp32,bf16,int8", "measure=quick",
            "evalset.limit=2", "evalset.tasks=[sentiment]", "policy.floors.sentiment=0.0", "threads=1",
-           "device=cpu", "hydra/launcher=joblib_gpus", "measure.fidelity=false"]
+           "device=cpu", "hydra/launcher=joblib_gpus", "measure.fidelity=false", "search.sibling_margin=null"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
                           env={**os.environ, "SELECTOR_GPUS": "4,6"})
     assert done.returncode == 0, done.stderr[-6000:]

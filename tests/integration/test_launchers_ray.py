@@ -3,7 +3,9 @@ on 127.0.0.1 only), then the same two variants one after the other with Hydra's 
 
 The Ray workers start in a directory of their own and without the sweep's environment variable, as
 on a multi-node cluster: they find the parent MLflow run through sweep.json in the sweep folder.
-Both wall times are printed (run with -s to see them).
+Both wall times are printed (run with -s to see them). The tiny model's variants run on
+engine=scripted-tiny (tests/scripted.py): the launcher is under test, not a model; the vLLM test at
+the end starts real vLLM servers in the Ray tasks. One 2-CPU Ray head serves the whole module.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Iterator
 
 import pytest
 
-from tests.tiny import build_tiny_llama, write_model_config
+from tests.scripted import ENGINE, write_scripted_engine
+from tests.tiny import write_model_config
 
 # Ray 2.60 turns on token auth for `ray start` when ~/.ray/auth_token exists (any earlier local
 # ray.init() writes one), while a driver joining by address does not: the same explicit mode for both.
@@ -82,17 +85,19 @@ def ray_head(num_cpus: int = 2) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def tiny(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("ray")
-    write_model_config(base / "conf", "tiny", build_tiny_llama(base / "tiny-model"))
+    write_model_config(base / "conf", "tiny", tiny_model_dir)
+    write_scripted_engine(base / "conf")
     return {"base": base, "conf": base / "conf", "cache": base / "cache"}
 
 
 def run_sweep(tiny: dict[str, Path], out: Path, *extra: str, precision: str = "fp32,bf16",
-              search: str = "grid", model: str = "tiny") -> tuple[subprocess.CompletedProcess, float]:
+              search: str = "grid", model: str = "tiny",
+              engine: str = ENGINE) -> tuple[subprocess.CompletedProcess, float]:
     cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tiny['conf']}]", f"output_dir={out}",
-           f"cache_dir={tiny['cache']}", f"model={model}", f"precision={precision}", "measure=quick", "evalset.limit=2",
-           f"search={search}", "threads=1", *extra]
+           f"cache_dir={tiny['cache']}", f"model={model}", f"engine={engine}", f"precision={precision}",
+           "measure=quick", "evalset.limit=2", f"search={search}", "threads=1", *extra]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
                           env={**os.environ, **RAY_ENV})
@@ -109,10 +114,9 @@ def mlflow_runs(out: Path) -> tuple[list, list]:
             [r for r in runs if r.data.tags.get("selector.role") == "variant"])
 
 
-def test_two_variants_as_ray_tasks_reach_mlflow(tiny: dict[str, Path]) -> None:
-    with ray_head(num_cpus=2) as address:
-        ray_done, ray_wall = run_sweep(tiny, tiny["base"] / "out-ray", "hydra/launcher=ray_cpus",
-                                       f"hydra.launcher.ray.init.address={address}")
+def test_two_variants_as_ray_tasks_reach_mlflow(tiny: dict[str, Path], cluster: str) -> None:
+    ray_done, ray_wall = run_sweep(tiny, tiny["base"] / "out-ray", "hydra/launcher=ray_cpus",
+                                   f"hydra.launcher.ray.init.address={cluster}")
     assert ray_done.returncode == 0, ray_done.stdout[-2000:] + ray_done.stderr[-6000:]
     assert "Ray Launcher is launching 2 jobs" in ray_done.stdout + ray_done.stderr
 
@@ -139,7 +143,7 @@ def test_two_variants_as_ray_tasks_reach_mlflow(tiny: dict[str, Path]) -> None:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
-    """One 2-CPU Ray head for the width tests below (starting one costs seconds of a busy machine)."""
+    """One 2-CPU Ray head for every test of the module (starting one costs seconds of a busy machine)."""
     with ray_head(num_cpus=2) as address:
         yield address
 
@@ -185,12 +189,13 @@ def test_width_of_a_ray_instance_the_launcher_starts_here(monkeypatch: pytest.Mo
 
 def test_adaptive_search_on_ray_runs_waves_as_wide_as_the_cluster(tiny: dict[str, Path], cluster: str) -> None:
     """Three variants on a 2-CPU cluster: int8 and bf16 (smallest planned) run together in the
-    first wave; both meet the floor, so fp32 is pruned and never reaches Ray. Fidelity off, or bf16
-    (the baseline) would run alone first so that its siblings find its reference."""
+    first wave; both meet the floor, so fp32 is pruned and never reaches Ray. Fidelity and the sibling
+    rule off: with either, bf16 (the baseline) would run alone first."""
     out = tiny["base"] / "out-ray-adaptive"
     done, wall = run_sweep(tiny, out, "hydra/launcher=ray_cpus", f"hydra.launcher.ray.init.address={cluster}",
                            "evalset.tasks=[sentiment]", "policy.floors.sentiment=0.0", "device=cpu",
-                           "measure.fidelity=false", precision="fp32,bf16,int8", search="adaptive")
+                           "measure.fidelity=false", "search.sibling_margin=null", precision="fp32,bf16,int8",
+                           search="adaptive")
     console = done.stdout + done.stderr
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]
     assert ("adaptive search over 3 variants, 2 at a time (Ray cluster: 2 CPUs / 1 CPU per variant), "
@@ -234,9 +239,9 @@ def test_vllm_servers_start_in_the_ray_tasks_on_the_cpus_ray_gave_them(tmp_path:
     setup = {"conf": tmp_path / "conf", "cache": tmp_path / "cache"}
     out = tmp_path / "out"
     done, _ = run_sweep(setup, out, "hydra/launcher=ray_cpus", f"hydra.launcher.ray.init.address={cluster}",
-                        "engine=vllm", "engine.vllm.enforce_eager=true", "engine.vllm.kv_cache_gib=1",
+                        "engine.vllm.enforce_eager=true", "engine.vllm.kv_cache_gib=1",
                         "engine.vllm.max_num_seqs=2,4", "measure.fidelity=false", "evalset.tasks=[sentiment]",
-                        precision="bf16", model="tinyv")
+                        precision="bf16", model="tinyv", engine="vllm")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]
     assert "Ray Launcher is launching 2 jobs" in done.stdout + done.stderr
     jobs = sorted(out.glob("sweeps/*/tinyv/bf16/max_num_seqs=*"))

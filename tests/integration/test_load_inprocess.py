@@ -12,6 +12,8 @@ from selector.compose import compose as _compose
 from selector.records import PerfResult, RunRecord
 from tests.factories import inprocess, run_record
 
+pytestmark = pytest.mark.fast  # make test-fast
+
 
 
 @pytest.fixture(scope="module")

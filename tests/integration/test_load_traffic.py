@@ -156,9 +156,10 @@ def test_a_sweep_finds_capacity_and_recommends_the_cheapest_at_the_traffic(tiny_
     assert "Capacity at the SLO" in result.stdout
 
 
+@pytest.mark.fast
 def test_a_bad_request_file_or_slo_key_stops_the_sweep_before_anything_loads(tiny_setup: dict[str, Path]) -> None:
     from tests.integration.test_bad_input import assert_usage_error
-    from tests.sweep_helpers import run_selector
+    from tests.sweep_helpers import run_in_process as run_selector  # the command line's entry, in this process
 
     bad = write_jsonl(tiny_setup["base"] / "bad.jsonl", [{"prompt": "a", "max_tokens": 4},
                                                          {"prompt": "b", "max_tokens": -1}])

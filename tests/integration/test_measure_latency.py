@@ -15,6 +15,8 @@ from selector.config import LatencyConfig, ThroughputConfig
 from selector.measure.latency import fixed_requests, measure_latency, measure_throughput
 from tests.factories import inprocess
 
+pytestmark = pytest.mark.fast  # make test-fast
+
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir: Path):  # type: ignore[no-untyped-def]

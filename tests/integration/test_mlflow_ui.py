@@ -1,7 +1,8 @@
 """What a person sees in the MLflow UI after a sweep: a real `mlflow server` on loopback over the
-store a tiny-model sweep wrote, driven in headless Chromium (Debian's `chromium`, like the report
-test). The page content is checked, not just status codes: the sweep run with its two variant runs
-nested under it, a variant's metrics, tags, eval-set dataset and artifacts, and the compare page.
+store a sweep wrote (the tiny model on engine=scripted: the UI is under test, not a model), driven
+in headless Chromium (Debian's `chromium`, like the report test). The page content is checked, not
+just status codes: the sweep run with its two variant runs nested under it, a variant's metrics,
+tags, eval-set dataset and artifacts, and the compare page.
 
 Screenshots go to $SELECTOR_ARTIFACTS_DIR (default: the test's tmp_path); their paths are printed.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tests.scripted import ENGINE, write_scripted_engine
 from tests.sweep_helpers import QUICK, mlflow_runs, run_selector
 from tests.tiny import write_model_config
 
@@ -40,8 +42,9 @@ VARIANTS = ["tiny/bf16", "tiny/fp32"]
 def sweep(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("mlflow-ui")
     write_model_config(base / "conf", "tiny", tiny_model_dir)
+    write_scripted_engine(base / "conf")  # what MLflow shows is under test, not a model
     setup: dict[str, Any] = {"base": base, "conf": base / "conf", "out": base / "out", "cache": base / "cache"}
-    result = run_selector(setup, "model=tiny", "precision=fp32,bf16", *QUICK)
+    result = run_selector(setup, "model=tiny", f"engine={ENGINE}", "precision=fp32,bf16", *QUICK)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     [report] = (setup["out"] / "sweeps").glob("*/report/report.html")
     assert 'id="examples"' in report.read_text()  # the end of the sweep passed the samples to the report

@@ -14,7 +14,7 @@ from selector.compose import compose
 from selector.errors import ConfigError
 from tests.integration.test_bad_input import assert_usage_error
 from tests.integration.test_models_gguf import write_tiny_gguf
-from tests.sweep_helpers import QUICK, mlflow_runs, run_selector
+from tests.sweep_helpers import QUICK, mlflow_runs, run_in_process, run_selector
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +83,14 @@ def _broken(kind: str, base: Path, tiny_model_dir: Path, tiny_gguf: Path) -> tup
 
 @pytest.mark.parametrize("kind", ["no such folder", "no config.json", "no weights", "pickle weights",
                                   "no chat template", "truncated gguf", "no such gguf", "hub offline"])
+@pytest.mark.fast
 def test_bad_model_on_the_command_line_is_one_line_exit_2_and_nothing_in_mlflow(
         kind: str, tiny_setup: dict[str, Path], tiny_model_dir: Path, tiny_gguf: Path) -> None:
     overrides, problem, env = _broken(kind, tiny_setup["base"], tiny_model_dir, tiny_gguf)
-    result = run_selector(tiny_setup, *overrides, "precision=fp32", env=env, timeout=300)
+    # In this process through the command line's entry, but a process of its own where the case sets
+    # the environment (huggingface_hub reads HF_HUB_OFFLINE when it is imported).
+    result = run_selector(tiny_setup, *overrides, "precision=fp32", env=env, timeout=300) if env else \
+        run_in_process(tiny_setup, *overrides, "precision=fp32")
     given = overrides[1]  # model.path=... or model.repo_id=...
     assert_usage_error(result, f"error: command line: {overrides[0]} {given}: ", problem)
     [line] = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
@@ -94,12 +98,13 @@ def test_bad_model_on_the_command_line_is_one_line_exit_2_and_nothing_in_mlflow(
     assert not (tiny_setup["out"] / "mlflow.db").exists() and not (tiny_setup["out"] / "sweeps").exists()
 
 
+@pytest.mark.fast
 def test_two_folders_with_the_same_name_are_refused_before_anything_runs(tiny_setup: dict[str, Path],
                                                                         tiny_model_dir: Path) -> None:
     a, b = tiny_setup["base"] / "a" / "tiny", tiny_setup["base"] / "b" / "tiny"
     shutil.copytree(tiny_model_dir, a)
     shutil.copytree(tiny_model_dir, b)
-    result = run_selector(tiny_setup, "model=path", f"model.path={a},{b}", "precision=fp32", timeout=300)
+    result = run_in_process(tiny_setup, "model=path", f"model.path={a},{b}", "precision=fp32")
     assert_usage_error(result, "both named 'tiny'", str(a), str(b))
     assert not (tiny_setup["out"] / "mlflow.db").exists()
 

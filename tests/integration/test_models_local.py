@@ -12,6 +12,8 @@ from selector import models
 from selector.config import ModelConfig, SourceConfig
 from selector.models.validate import ModelFolderError
 
+pytestmark = pytest.mark.fast  # make test-fast
+
 CORPUS = ["the cat sat on the mat", "the food was great. Sentiment: positive", "what is 2 plus 3? 5"] * 10
 
 

@@ -13,6 +13,8 @@ import pytest
 from selector.errors import ConfigError
 from selector.serving.process import LOOPBACK, ServerProcess, ServerStartError, free_port, render_command
 
+pytestmark = pytest.mark.fast  # make test-fast: a server's process, started and stopped
+
 # A stand-in server: answers 200 on /health, spawns a child (as real servers spawn workers) and
 # writes the child's pid where the test can find it; "stubborn" ignores SIGTERM.
 SERVER = """

@@ -1,9 +1,11 @@
 """The verdict obeys the user: the policy a sweep applies is the one given for that sweep, on the
 default eval set and on a user's own, at the end of a sweep and in `select --from`.
 
-Each test runs the product as a user does (`python -m selector ...`) on the tiny model. Floors of
-0 make every completed variant eligible; the tiny model's random weights make the default floors
-(80/70/60/50) fail every variant, so a verdict tells which floors were applied.
+Each sweep runs the product as a user does (`python -m selector ...`) on engine=scripted-tiny, which
+answers like the tiny random model without loading one (tests/scripted.py): floors of 0 make every
+completed variant eligible, the default floors (80/70/60/50) fail every variant, so a verdict tells
+which floors were applied. Input that stops before anything loads, and `select --from`, run the
+command line's entry in this process (run_in_process, cli_in_process).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import QUICK, ROOT, mlflow_runs, run_selector
+from tests.sweep_helpers import QUICK, ROOT, cli_in_process, mlflow_runs, run_in_process
 
 ZERO_FLOORS = ("policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.0")
 
@@ -33,14 +35,14 @@ def _floors_line(stdout: str) -> str:
     return next(line for line in stdout.splitlines() if "floors:" in line).split("floors:")[1].strip()
 
 
-@pytest.mark.slow  # two sweeps: 136 s on 2 shared cores
-def test_a_rerun_with_new_floors_reuses_the_variants_and_applies_the_new_floors(tiny_setup: dict[str, Path]) -> None:
-    first = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", *QUICK)
+def test_a_rerun_with_new_floors_reuses_the_variants_and_applies_the_new_floors(tiny_setup: dict[str, Path],
+                                                                                  scripted: str) -> None:
+    first = run_in_process(tiny_setup, "model=tiny", "precision=fp32,bf16", scripted, *QUICK)
     assert first.returncode == 0, first.stderr[-3000:]
     assert _report(tiny_setup)["selection"]["winner"] is None  # default floors: nothing passes
     assert _floors_line(first.stdout).startswith("sentiment 80%, arithmetic 60%")
 
-    second = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", *QUICK, *ZERO_FLOORS)
+    second = run_in_process(tiny_setup, "model=tiny", "precision=fp32,bf16", scripted, *QUICK, *ZERO_FLOORS)
     assert second.returncode == 0, second.stderr[-3000:]
     assert (second.stdout + second.stderr).count("already measured") == 2  # nothing measured again
     report = _report(tiny_setup)
@@ -57,17 +59,15 @@ def test_a_rerun_with_new_floors_reuses_the_variants_and_applies_the_new_floors(
     assert newest.data.tags["selector.winner"] == "tiny/bf16"
 
     # select --from starts from the sweep's recorded floors and changes only the one given.
-    reselect = subprocess.run(
-        [sys.executable, "-m", "selector", "select", "--from", str(_sweep_dirs(tiny_setup)[-1]),
-         "policy.floors.sentiment=0.99"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    reselect = cli_in_process("select", "--from", str(_sweep_dirs(tiny_setup)[-1]), "policy.floors.sentiment=0.99")
     assert reselect.returncode == 0, reselect.stderr[-3000:]
     assert _floors_line(reselect.stdout) == "sentiment 99%, arithmetic 0%"
     [newest_report] = sorted(_sweep_dirs(tiny_setup)[-1].glob("report-*/report.json"))
     assert json.loads(newest_report.read_text())["selection"]["policy"]["floors"] == {"sentiment": 0.99, "arithmetic": 0.0}
 
 
-@pytest.mark.slow  # 103 s on 2 shared cores
-def test_a_users_own_eval_set_gets_its_floors_and_not_the_default_ones(tiny_setup: dict[str, Path],
+@pytest.mark.fast
+def test_a_users_own_eval_set_gets_its_floors_and_not_the_default_ones(tiny_setup: dict[str, Path], scripted: str,
                                                                           tmp_path: Path) -> None:
     evalset = tmp_path / "my_evalset"
     evalset.mkdir()
@@ -79,8 +79,8 @@ def test_a_users_own_eval_set_gets_its_floors_and_not_the_default_ones(tiny_setu
     (evalset / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (evalset / "policy.yaml").write_text("floors:\n  routing: 0.0\n  echo: 0.9\n")
 
-    result = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "measure=quick",
-                          f"evalset.path={evalset}", "policy.floors.echo=0.0")
+    result = run_in_process(tiny_setup, "model=tiny", "precision=fp32,bf16", scripted, "measure=quick",
+                            f"evalset.path={evalset}", "policy.floors.echo=0.0")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "no task" not in result.stdout + result.stderr and "ignored" not in result.stdout + result.stderr
     selection = _report(tiny_setup)["selection"]
@@ -89,8 +89,9 @@ def test_a_users_own_eval_set_gets_its_floors_and_not_the_default_ones(tiny_setu
     assert selection["winner"] == "tiny/bf16"
 
 
+@pytest.mark.fast
 def test_floors_naming_no_task_stop_before_anything_loads(tiny_setup: dict[str, Path], tmp_path: Path) -> None:
-    typo = run_selector(tiny_setup, "model=tiny", "precision=bf16", *QUICK, "policy.floors.sentimnt=0.9")
+    typo = run_in_process(tiny_setup, "model=tiny", "precision=bf16", *QUICK, "policy.floors.sentimnt=0.9")
     assert typo.returncode == 2
     [line] = typo.stderr.strip().splitlines()[-1:]
     assert line.startswith("error: command line: field 'policy.floors.sentimnt'") and "Did you mean sentiment?" in line
@@ -100,13 +101,13 @@ def test_floors_naming_no_task_stop_before_anything_loads(tiny_setup: dict[str, 
     (evalset / "echo.yaml").write_text("data: rows.jsonl\nprompt: 'Say {{ x }}'\ntarget: '{{ x }}'\n")
     (evalset / "rows.jsonl").write_text('{"id": "a", "x": "yes"}\n')
     (evalset / "policy.yaml").write_text("floors:\n  echo: 0.5\n  ecko: 0.5\n")
-    own = run_selector(tiny_setup, "model=tiny", "precision=bf16", "measure=quick", f"evalset.path={evalset}")
+    own = run_in_process(tiny_setup, "model=tiny", "precision=bf16", "measure=quick", f"evalset.path={evalset}")
     assert own.returncode == 2
     assert f"{evalset / 'policy.yaml'}:3: field 'floors.ecko'" in own.stderr
     assert not (tiny_setup["out"] / "mlflow.db").exists()  # nothing was written to MLflow
 
 
-def test_bad_values_are_one_line_errors_in_every_command(tiny_setup: dict[str, Path]) -> None:
+def test_bad_values_are_one_line_errors_in_every_command(tiny_setup: dict[str, Path], scripted: str) -> None:
     cases = {
         "threads=-1": "field 'threads' must be a positive number of threads",
         "threads=0": "field 'threads' must be a positive number of threads",
@@ -114,15 +115,16 @@ def test_bad_values_are_one_line_errors_in_every_command(tiny_setup: dict[str, P
         "policy.floors.code=1.5": "floors are fractions",
     }
     for override, expected in cases.items():
-        result = run_selector(tiny_setup, "model=tiny", "precision=bf16", *QUICK, override)
+        result = run_in_process(tiny_setup, "model=tiny", "precision=bf16", *QUICK, override)
         assert result.returncode == 2, override
         assert result.stderr.strip().splitlines()[-1].startswith("error: command line:"), result.stderr[-500:]
         assert expected in result.stderr, (override, result.stderr[-500:])
         assert "Traceback" not in result.stderr
     assert not (tiny_setup["out"] / "mlflow.db").exists()
 
-    # select: a malformed policy override is one line too, not an omegaconf traceback.
-    done = run_selector(tiny_setup, "model=tiny", "precision=bf16", *QUICK)
+    # select: a malformed policy override is one line too, not an omegaconf traceback (a process of
+    # its own: nothing else reaches its stderr).
+    done = run_in_process(tiny_setup, "model=tiny", "precision=bf16", scripted, *QUICK)
     assert done.returncode == 0, done.stderr[-3000:]
     [sweep] = _sweep_dirs(tiny_setup)
     for args in (["policy.floors={intent: 0.45}"], ["policy.floors.code=abc"], ["policy.rule=best"]):

@@ -175,6 +175,7 @@ def test_eight_bit_is_closer_to_fp32_than_four_bit(outcome) -> None:  # type: ig
 
 
 @pytest.mark.quant("torchao")
+@pytest.mark.fast
 def test_torchao_int4_is_unavailable_on_cpu_with_a_reason() -> None:
     prec = shipped_precision("int4-torchao")
     ok, why = get_backend(prec.backend).availability(prec, "cpu")
@@ -183,6 +184,7 @@ def test_torchao_int4_is_unavailable_on_cpu_with_a_reason() -> None:
 
 
 @pytest.mark.quant("gptqmodel")
+@pytest.mark.fast
 def test_gptqmodel_awq_on_cpu_needs_bf16() -> None:
     prec = shipped_precision("awq-int4-gptqmodel")
     prec.dtype = "float32"
@@ -295,6 +297,7 @@ def test_gemma3_gptq_saves_despite_stray_rope_keys(tmp_path: Path, cache: Path) 
 
 
 @pytest.mark.quant("llmcompressor")
+@pytest.mark.fast
 def test_llmcompressor_pinning_fails_on_cpu_and_is_skipped_there() -> None:
     from llmcompressor.pipelines.cache import IntermediatesCache, IntermediateValue
 

@@ -55,6 +55,7 @@ def fidelity_files(root: Path) -> list[Path]:
 
 
 @pytest.mark.quant("bitsandbytes")
+@pytest.mark.fast
 def test_baseline_writes_the_probe_file_and_variants_compare_against_it(setup) -> None:  # type: ignore[no-untyped-def]
     root, model, tasks = setup
     base_cfg = cfg_for(root, model, "bf16")
@@ -82,6 +83,7 @@ def test_baseline_writes_the_probe_file_and_variants_compare_against_it(setup) -
 
 
 @pytest.mark.quant("bitsandbytes")
+@pytest.mark.fast
 def test_a_variant_without_a_probe_file_gets_it_from_ensure_reference(setup) -> None:  # type: ignore[no-untyped-def]
     from selector.measure.fidelity import reference_exists
 

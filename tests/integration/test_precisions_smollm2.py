@@ -17,6 +17,7 @@ from scipy.stats import binomtest
 
 from selector import models
 from selector.config import CalibrationConfig, ModelConfig, SelectorConfig
+from selector.engines.inprocess import HfEngineConfig, InProcessRunning
 from selector.measure.fidelity import measure_fidelity
 from selector.precisions import get_backend
 from selector.precisions.base import LoadContext, LoadedModel
@@ -80,7 +81,7 @@ def baseline_scores(smol) -> dict[str, float]:  # type: ignore[no-untyped-def]
     model, cache, tasks, sentiment = smol
     cfg = cfg_for(model, cache, "bf16")
     loaded = load_variant(cfg, tasks)
-    assert measure_fidelity(loaded, tasks, cfg) is None  # writes the probe file the variants read
+    assert measure_fidelity(InProcessRunning(HfEngineConfig(), loaded), tasks, cfg) is None  # writes the probe file
     scores = sentiment_scores(loaded, cfg, sentiment)
     assert mean(scores) >= 0.8  # measured 0.92 on the whole task: the model can do this
     return scores
@@ -102,7 +103,7 @@ def test_smollm2_stays_close_to_bf16(  # type: ignore[no-untyped-def]
     model, cache, tasks, sentiment = smol
     cfg = cfg_for(model, cache, name)
     loaded = load_variant(cfg, tasks)
-    fidelity = measure_fidelity(loaded, tasks, cfg)
+    fidelity = measure_fidelity(InProcessRunning(HfEngineConfig(), loaded), tasks, cfg)
     assert fidelity is not None and fidelity.baseline == "smollm2-135m/bf16"
     assert fidelity.positions > 1000  # 36 probes x 32 positions
     scores = sentiment_scores(loaded, cfg, sentiment)

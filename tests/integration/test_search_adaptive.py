@@ -1,19 +1,22 @@
-"""Adaptive search as a user runs it (`python -m selector`, search=adaptive is the default), on the
-tiny model: early stopping with its reason, pruning with the evidence wave, resume by a grid in the
-same output folder, a crashing variant, and bad search settings.
+"""Adaptive search as a user runs it (`selector ...`, search=adaptive is the default):
+early stopping with its reason, pruning with the evidence wave, resume by a grid in the same output
+folder, a crashing variant, and bad search settings.
 
-The tiny model has random weights: it gets arithmetic wrong and sentiment right about half the
-time, so floors decide who stops: arithmetic 60% stops every variant after its first round, floors
-of 0 make every variant eligible (the smallest wins, larger ones are not needed)."""
+The sweeps run on engine=scripted-tiny (tests/scripted.py), which answers as the tiny random model
+did without loading one: arithmetic wrong and sentiment right about half the time, so floors decide
+who stops: arithmetic 60% stops every variant after its first round, floors of 0 make every variant
+eligible (the smallest wins, larger ones are not needed). Each command runs the command line's
+entry in this process (tests/sweep_helpers.py run_in_process); its variants run in workers of their
+own as always."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.sweep_helpers import ROOT, mlflow_runs, run_selector
+import pytest
+
+from tests.sweep_helpers import cli_in_process, mlflow_runs, run_in_process
 
 TWO_TASKS = ("measure=quick", "evalset.tasks=[sentiment,arithmetic]")
 
@@ -23,12 +26,12 @@ def _records(out: Path) -> dict[str, dict]:  # type: ignore[type-arg]
     return {f"{p.parent.parent.name}/{p.parent.name}": json.loads(p.read_text()) for p in sweep.rglob("record.json")}
 
 
-def test_pruning_and_the_evidence_wave(tiny_setup: dict[str, Path]) -> None:
+def test_pruning_and_the_evidence_wave(tiny_setup: dict[str, Path], scripted: str) -> None:
     # fidelity and the sibling rule off: with either, bf16, tiny's baseline, would run first
     # (tests/integration/test_memory_phases.py, test_a_baseline_far_below_a_floor_spares_its_siblings)
-    result = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16,int8", *TWO_TASKS, "evalset.limit=12",
-                          "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.0", "measure.fidelity=false",
-                          "search.sibling_margin=null")
+    result = run_in_process(tiny_setup, "model=tiny", scripted, "precision=fp32,bf16,int8", *TWO_TASKS,
+                            "evalset.limit=12", "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.0",
+                            "measure.fidelity=false", "search.sibling_margin=null")
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(tiny_setup["out"])
     # int8 plans smallest, meets every floor: fp32 is not needed; bf16 (tiny's baseline) runs in full as evidence.
@@ -58,10 +61,11 @@ def test_pruning_and_the_evidence_wave(tiny_setup: dict[str, Path]) -> None:
     assert parents[0].data.tags["selector.winner"] == "tiny/int8"
 
 
-def test_early_stop_then_a_grid_in_the_same_folder_scores_only_the_rest(tiny_setup: dict[str, Path]) -> None:
-    common = ("model=tiny", "precision=bf16", *TWO_TASKS, "evalset.limit=24", "policy.floors.arithmetic=0.6",
+def test_early_stop_then_a_grid_in_the_same_folder_scores_only_the_rest(tiny_setup: dict[str, Path],
+                                                                        scripted: str) -> None:
+    common = ("model=tiny", scripted, "precision=bf16", *TWO_TASKS, "evalset.limit=24", "policy.floors.arithmetic=0.6",
               "policy.floors.sentiment=0.0")
-    first = run_selector(tiny_setup, *common)
+    first = run_in_process(tiny_setup, *common)
     assert first.returncode == 0, first.stderr[-3000:]
     record = _records(tiny_setup["out"])["tiny/bf16"]
     assert record["status"] == "stopped"
@@ -74,28 +78,28 @@ def test_early_stop_then_a_grid_in_the_same_folder_scores_only_the_rest(tiny_set
     assert child.info.status == "FINISHED" and child.data.tags["selector.status"] == "stopped"  # not a failure
     assert child.data.metrics["search/items_evaluated"] == 24
 
-    reselect = subprocess.run([sys.executable, "-m", "selector", "select", "--from",
-                               str(next((tiny_setup["out"] / "sweeps").iterdir()))],
-                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+    reselect = cli_in_process("select", "--from", str(next((tiny_setup["out"] / "sweeps").iterdir())))
     assert reselect.returncode == 0, reselect.stderr[-2000:]
     assert "Partial evidence" in reselect.stdout and "tiny/bf16: 24 of 48 items (stopped)" in reselect.stdout
 
-    grid = run_selector(tiny_setup, *common, "search=grid")
+    grid = run_in_process(tiny_setup, *common, "search=grid")
     assert grid.returncode == 0, grid.stderr[-3000:]
     record = _records(tiny_setup["out"])["tiny/bf16"]
     assert record["status"] == "completed" and record["search"]["strategy"] == "grid"
     assert (record["search"]["items_evaluated"], record["search"]["items_reused"]) == (48, 24)
 
 
-def test_a_variant_that_crashes_is_recorded_and_the_search_goes_on(tiny_setup: dict[str, Path]) -> None:
-    result = run_selector(tiny_setup, "model=tiny", "precision=bf16,int8", *TWO_TASKS, "evalset.limit=12",
-                          "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.0",
-                          env={"SELECTOR_INJECT_FAULT": "tiny/int8@evaluate:raise"})
+def test_a_variant_that_crashes_is_recorded_and_the_search_goes_on(tiny_setup: dict[str, Path],
+                                                                    scripted: str) -> None:
+    result = run_in_process(tiny_setup, "model=tiny", scripted, "precision=bf16,int8", *TWO_TASKS,
+                            "evalset.limit=12", "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.0",
+                            env={"SELECTOR_INJECT_FAULT": "tiny/int8@evaluate:raise"})
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(tiny_setup["out"])
     assert records["tiny/int8"]["status"] == "failed" and records["tiny/bf16"]["status"] == "completed"
 
 
+@pytest.mark.fast
 def test_bad_search_settings_stop_before_anything_loads(tiny_setup: dict[str, Path]) -> None:
     cases = {
         "search=adaptiv": "Did you mean adaptive?",
@@ -106,16 +110,17 @@ def test_bad_search_settings_stop_before_anything_loads(tiny_setup: dict[str, Pa
         "search.sibling_margin=15": "field 'search.sibling_margin' must be a fraction in [0, 1]",
     }
     for override, expected in cases.items():
-        result = run_selector(tiny_setup, "model=tiny", "precision=bf16", override)
+        result = run_in_process(tiny_setup, "model=tiny", "precision=bf16", override)
         assert result.returncode == 2, (override, result.stderr[-1000:])
         assert expected in result.stderr and "Traceback" not in result.stderr, (override, result.stderr[-1000:])
     assert not (tiny_setup["out"] / "mlflow.db").exists()
 
 
-def test_fixed_sequence_runs_largest_first_and_leaves_out_what_falls_below_a_failure(tiny_setup: dict[str, Path]) -> None:
-    result = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16,int8", *TWO_TASKS, "evalset.limit=24",
-                          "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.6",
-                          "policy.winner_control=fixed_sequence")
+def test_fixed_sequence_runs_largest_first_and_leaves_out_what_falls_below_a_failure(tiny_setup: dict[str, Path],
+                                                                                      scripted: str) -> None:
+    result = run_in_process(tiny_setup, "model=tiny", scripted, "precision=fp32,bf16,int8", *TWO_TASKS,
+                            "evalset.limit=24", "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.6",
+                            "policy.winner_control=fixed_sequence")
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(tiny_setup["out"])
     # fp32, the largest, misses arithmetic (stopped early); nothing below it can be claimed, so nothing runs
@@ -126,11 +131,12 @@ def test_fixed_sequence_runs_largest_first_and_leaves_out_what_falls_below_a_fai
     assert state["search"]["order"] == ["tiny/fp32", "tiny/bf16", "tiny/int8"]
 
 
-def test_a_baseline_far_below_a_floor_spares_its_siblings(tiny_setup: dict[str, Path]) -> None:
+@pytest.mark.fast
+def test_a_baseline_far_below_a_floor_spares_its_siblings(tiny_setup: dict[str, Path], scripted: str) -> None:
     """Issue 34: tiny's bf16 is stopped far below a 90% arithmetic floor, so its int8 copy is never
     loaded: recorded not needed with the bound, and said so on the console and the parent run."""
-    result = run_selector(tiny_setup, "model=tiny", "precision=bf16,int8", *TWO_TASKS, "evalset.limit=24",
-                          "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.9")
+    result = run_in_process(tiny_setup, "model=tiny", scripted, "precision=bf16,int8", *TWO_TASKS,
+                            "evalset.limit=24", "policy.floors.sentiment=0.0", "policy.floors.arithmetic=0.9")
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(tiny_setup["out"])
     assert {n: r["status"] for n, r in records.items()} == {"tiny/bf16": "stopped", "tiny/int8": "not_needed"}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from selector.tasks.sandbox import isolation
-from tests.sweep_helpers import ROOT, mlflow_runs, run_selector
+from tests.sweep_helpers import ROOT, cli_in_process, mlflow_runs, run_selector
 
 
 @pytest.mark.slow  # two sweeps: 173 s on 2 shared cores
@@ -74,7 +74,10 @@ def test_sweep_end_to_end_then_resume(tiny_setup: dict[str, Path]) -> None:
     assert sorted(c.info.run_name for c in children) == ["tiny/bf16", "tiny/fp32"]
 
 
+@pytest.mark.fast
 def test_unknown_precision_is_a_usage_error() -> None:
+    """A process of its own, as a user starts it: the exit code and no traceback on its stderr (the
+    other bad-input tests run the same entry in the test's process: tests/sweep_helpers.py)."""
     result = subprocess.run([sys.executable, "-m", "selector", "precision=bf61"], capture_output=True,
                             text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 2
@@ -83,16 +86,14 @@ def test_unknown_precision_is_a_usage_error() -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.fast
 def test_sweep_without_gpu_fails_fast(tiny_setup: dict[str, Path]) -> None:
     pytest.importorskip("torch")
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the Qwen sweep could start here")
-    result = subprocess.run(
-        [sys.executable, "-m", "selector", "+sweep=qwen", f"output_dir={tiny_setup['base'] / 'qwen-out'}"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )
+    result = cli_in_process("+sweep=qwen", f"output_dir={tiny_setup['base'] / 'qwen-out'}")
     assert result.returncode == 2, result.stderr[-3000:]
     assert "needs a CUDA GPU" in result.stderr and "Traceback" not in result.stderr
     assert not (tiny_setup["base"] / "qwen-out" / "mlflow.db").exists()  # nothing written to MLflow

@@ -1,7 +1,11 @@
 """A shared MLflow tracking server, for real: `mlflow server` started here on 127.0.0.1 (a free port,
 SQLite backend, proxied artifact store). A sweep records into it and `select --mlflow-run` reads it
 back; transient 503s are retried; a sweep whose server is down records locally, says how to sync,
-and `python -m selector sync` copies it to the server once it is up (and copies nothing twice)."""
+and `python -m selector sync` copies it to the server once it is up (and copies nothing twice).
+
+The server is real; what is logged into it is not about a model, so the sweeps run on
+engine=scripted-tiny (tests/scripted.py), and every command runs the command line's entry in this
+process (tests/sweep_helpers.py cli_in_process)."""
 
 from __future__ import annotations
 
@@ -22,7 +26,9 @@ from typing import Iterator
 import pytest
 
 from selector.config import TrackerConfig
-from tests.tiny import build_tiny_llama, write_model_config
+from tests.scripted import ENGINE, write_scripted_engine
+from tests.sweep_helpers import cli_in_process
+from tests.tiny import write_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,16 +73,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def tiny(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("tiny-tracking")
-    write_model_config(base / "conf", "tiny", build_tiny_llama(base / "tiny-model"))
+    write_model_config(base / "conf", "tiny", tiny_model_dir)
+    write_scripted_engine(base / "conf")
     return {"base": base, "conf": base / "conf", "cache": base / "cache"}
 
 
 def run_selector(tiny: dict[str, Path], out: Path, *overrides: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "selector", f"hydra.searchpath=[file://{tiny['conf']}]", f"output_dir={out}",
-           f"cache_dir={tiny['cache']}", "model=tiny", "measure=quick", "evalset.limit=2", "search=grid", *overrides]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    return cli_in_process(f"hydra.searchpath=[file://{tiny['conf']}]", f"output_dir={out}",
+                          f"cache_dir={tiny['cache']}", "model=tiny", f"engine={ENGINE}", "measure=quick",
+                          "evalset.limit=2", "search=grid", *overrides)
 
 
 def runs_of(uri: str, experiment: str = "selector") -> tuple[list, list]:
@@ -89,7 +96,6 @@ def runs_of(uri: str, experiment: str = "selector") -> tuple[list, list]:
             [r for r in runs if r.data.tags.get("selector.role") == "variant"])
 
 
-@pytest.mark.slow  # 130 s
 def test_sweep_records_into_the_server_and_select_reads_it_back(server: dict, tiny: dict[str, Path]) -> None:
     done = run_selector(tiny, tiny["base"] / "out-server", "precision=fp32,bf16",
                         f"tracker.tracking_uri={server['url']}")
@@ -103,9 +109,8 @@ def test_sweep_records_into_the_server_and_select_reads_it_back(server: dict, ti
     assert len(stored) == 2 and not (tiny["base"] / "out-server" / "mlartifacts").exists()
     assert not (tiny["base"] / "out-server" / "mlflow.db").exists()
 
-    sel = subprocess.run([sys.executable, "-m", "selector", "select", "--mlflow-run", parents[0].info.run_id,
-                          "--tracking-uri", server["url"], "--out", str(tiny["base"] / "sel")],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    sel = cli_in_process("select", "--mlflow-run", parents[0].info.run_id, "--tracking-uri", server["url"],
+                         "--out", str(tiny["base"] / "sel"))
     assert sel.returncode == 0, sel.stderr[-4000:]
     report = json.loads((tiny["base"] / "sel" / "report.json").read_text())
     assert {r["variant"]["precision"] for r in report["records"]} == {"fp32", "bf16"}
@@ -182,7 +187,6 @@ def test_transient_503s_are_retried_and_a_dead_server_falls_back(server: dict, t
     assert always.seen_503 == 2  # one attempt + one retry, then the local store
 
 
-@pytest.mark.slow  # 78 s with the teardown
 def test_down_server_records_locally_then_sync_copies_it(server: dict, tiny: dict[str, Path]) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     out = tiny["base"] / "out-down"
@@ -197,8 +201,8 @@ def test_down_server_records_locally_then_sync_copies_it(server: dict, tiny: dic
     assert len(parents) == 1 and [c.info.run_name for c in children] == ["tiny/bf16"]
     assert children[0].data.tags["mlflow.parentRunId"] == parents[0].info.run_id
 
-    sync = [sys.executable, "-m", "selector", "sync", "--from", local, "--to", server["url"]]
-    first = subprocess.run(sync, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    sync = ["sync", "--from", local, "--to", server["url"]]
+    first = cli_in_process(*sync)
     assert first.returncode == 0, first.stderr[-4000:]
     assert "copied 2 run(s) of offline" in first.stdout
     s_parents, s_children = runs_of(server["url"], "offline")
@@ -214,6 +218,6 @@ def test_down_server_records_locally_then_sync_copies_it(server: dict, tiny: dic
     records = MlflowTracker(TrackerConfig(tracking_uri=server["url"]), "offline", tiny["base"]).load_records(parent.info.run_id)
     assert [r.name for r in records] == ["tiny/bf16"] and records[0].status == "completed"
 
-    again = subprocess.run(sync, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    again = cli_in_process(*sync)
     assert again.returncode == 0 and "copied 0 run(s)" in again.stdout and "2 already there" in again.stdout
     assert len(runs_of(server["url"], "offline")[1]) == 1

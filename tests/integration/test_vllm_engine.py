@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from tests.integration.test_faults import wait_for_stage
-from tests.sweep_helpers import run_selector, start_selector
+from tests.sweep_helpers import run_in_process, run_selector, start_selector
 from tests.tiny import build_vllm_llama, write_model_config
 
 COMMON = ("model=tinyv", "engine=vllm", "engine.vllm.enforce_eager=true", "evalset.limit=3",
@@ -246,7 +246,8 @@ def server_trees(job: Path, servers: int, timeout: float = 300) -> list[psutil.P
     raise AssertionError(f"no {servers} vLLM servers with their engines in {job}")
 
 
-# Caught before any server could start (only the last case asks vLLM itself).
+# Caught before any server could start (only the last case asks vLLM itself), by the command line's
+# entry run in this process.
 @pytest.mark.parametrize("override, message", [
     ("engine.vllm.python=/nonexistent/bin/python",
      "engine.vllm.python: vLLM is not installed (engine.vllm.python=/nonexistent/bin/python cannot import vllm); "
@@ -257,8 +258,9 @@ def server_trees(job: Path, servers: int, timeout: float = 300) -> list[psutil.P
     pytest.param("engine.vllm.args=[--max-num-seq,'4']", "engine.vllm.args: vLLM has no flag --max-num-seq (",
                  marks=pytest.mark.vllm),  # asks the installed vLLM which flags it has
 ])
+@pytest.mark.fast
 def test_vllm_misconfigured_stops_before_anything_loads(setup: dict[str, Path], override: str, message: str) -> None:
-    result = run_selector(setup, *COMMON, "precision=bf16", "measure=load-quick", override, timeout=300)
+    result = run_in_process(setup, *COMMON, "precision=bf16", "measure=load-quick", override)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("error: ")]
     assert message in line
