@@ -28,6 +28,7 @@ class AttachedEngineConfig(ServerConfig):
 class AttachedEngine(Engine):
     kind = "openai"
     label = "openai"
+    what = "an attached server (engine.base_url)"
     Config = AttachedEngineConfig
     needs_checkpoint = False  # the server holds the model; nothing is converted or quantized here
     ranges = (Range("batch_size", lambda v: v >= 1, "at least 1"),)

@@ -35,6 +35,7 @@ class CommandEngineConfig(StartedServerConfig):
 class CommandEngine(Engine):
     kind = "command"
     label = "server"
+    what = "a server started per variant from engine.command"
     Config = CommandEngineConfig
     ranges = (Range("batch_size", lambda v: v >= 1, "at least 1"),)
     not_scored = ("compare_in_process",)

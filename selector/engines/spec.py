@@ -166,6 +166,7 @@ class Engine:
 
     kind: ClassVar[str] = ""  # the registry name, as `kind:` in conf/engine/*.yaml
     label: ClassVar[str] = ""  # what the report calls it
+    what: ClassVar[str] = ""  # what this kind of engine is, for error messages
     Config: ClassVar[type] = object  # its typed config (a dataclass)
     in_process: ClassVar[bool] = False  # runs the model in the variant's worker process
     needs_checkpoint: ClassVar[bool] = True  # the variant's checkpoint is made (converted, quantized) first

@@ -67,7 +67,7 @@ def check_engine_knobs(cfg: Any, given: Iterable[str], swept: Iterable[str]) -> 
     verb = "is a knob" if len(asked) == 1 else "are knobs"
     own = ", ".join(k.key for k in engine.knobs)
     theirs = (f"engine={engine.kind} batches with {own}" if own else
-              f"engine={engine.kind} ({engine.display_name()}) batches requests as its server was started: "
+              f"engine={engine.kind} ({engine.what or engine.display_name()}) batches requests as its server was started: "
               "set its own batching in its command (vLLM --max-num-seqs, TGI --max-batch-size)")
     raise ConfigError("command line", asked[0], f"{names} {verb} of {_owner(asked[0])}, not of engine={engine.kind}; "
                                                 f"{theirs}, or drop this override")

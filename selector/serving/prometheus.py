@@ -74,11 +74,16 @@ def parse_histograms(text: str) -> dict[str, Histogram]:
 
 
 def counter(text: str, name: str) -> float | None:
-    """A counter's value summed over its label sets (`name` without `_total`); None when absent."""
+    """A counter's value summed over its label sets (`name` without `_total`); None when absent or
+    when the page is not Prometheus text."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    values = [s.value for f in text_string_to_metric_families(text) if f.name == name and f.type == "counter"
-              for s in f.samples if s.name == name + "_total"]
+    try:
+        values = [s.value for f in text_string_to_metric_families(text) if f.name == name and f.type == "counter"
+                  for s in f.samples if s.name == name + "_total"]
+    except ValueError as e:
+        log.debug("metrics page not Prometheus text: %s", e)
+        return None
     return sum(values) if values else None
 
 
