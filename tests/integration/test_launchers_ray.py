@@ -194,8 +194,10 @@ def test_adaptive_search_on_ray_runs_waves_as_wide_as_the_cluster(tiny: dict[str
     out = tiny["base"] / "out-ray-adaptive"
     done, wall = run_sweep(tiny, out, "hydra/launcher=ray_cpus", f"hydra.launcher.ray.init.address={cluster}",
                            "evalset.tasks=[sentiment]", "policy.floors.sentiment=0.0", "device=cpu",
-                           "measure.fidelity=false", "search.sibling_margin=null", precision="fp32,bf16,int8",
-                           search="adaptive")
+                           "measure.fidelity=false", "search.sibling_margin=null",
+                           # each scripted request waits 2 s, so that a variant outlasts a Ray worker's start
+                           # (the second task's process started 5 s after the first's on a busy machine)
+                           "engine.ttft_ms=2000", precision="fp32,bf16,int8", search="adaptive")
     console = done.stdout + done.stderr
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]
     assert ("adaptive search over 3 variants, 2 at a time (Ray cluster: 2 CPUs / 1 CPU per variant), "
