@@ -207,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
                 "command": "python -m selector " + " ".join(sweep_overrides(args)), "wall_s": wall,
                 "printed": printed[-4000:], **summarize(sweep, policy)}
     stem = f"capacity_vllm-{args.model}"
-    json_path, md_path = write_results(stem, data, markdown(data), out_dir=args.out_dir)
+    cache_dir = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("cache_dir=")), None)
+    if args.keep:  # committed results name no local folder
+        data["args"]["keep"] = "<output>"
+    json_path, md_path = write_results(stem, data, markdown(data), out_dir=args.out_dir, cache_dir=cache_dir)
     print(md_path.read_text())
     say(f"wrote {json_path} and {md_path}")
     return 0
