@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     cache_dir = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("cache_dir=")), None)
     if args.keep:  # committed results name no local folder
         data["args"]["keep"] = "<output>"
+        data["printed"] = data["printed"].replace(str(args.keep), "<output>")
     json_path, md_path = write_results(stem, data, markdown(data), out_dir=args.out_dir, cache_dir=cache_dir)
     print(md_path.read_text())
     say(f"wrote {json_path} and {md_path}")
