@@ -17,7 +17,7 @@ import asyncio
 import csv
 import json
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -99,21 +99,27 @@ def _read_rows(found: Path, shown: str, new_tokens: int, chat: bool) -> list[Rep
     return out
 
 
+def json_lines(path: Path, shown: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, object) for every line of a JSON Lines file that is not blank; a line that is not a
+    JSON object stops the read, naming it."""
+    with path.open(encoding="utf-8") as f:
+        for line, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise RequestFileError(shown, line, None, f"not valid JSON: {e.msg}") from None
+            if not isinstance(row, dict):
+                raise RequestFileError(shown, line, None, "each line must be a JSON object")
+            yield line, row
+
+
 def _rows(path: Path, shown: str) -> Any:
     """(line, row) pairs: JSONL and CSV lines as in the file, Parquet rows from 1."""
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        with path.open(encoding="utf-8") as f:
-            for line, text in enumerate(f, 1):
-                if not text.strip():
-                    continue
-                try:
-                    row = json.loads(text)
-                except json.JSONDecodeError as e:
-                    raise RequestFileError(shown, line, None, f"not valid JSON: {e.msg}") from None
-                if not isinstance(row, dict):
-                    raise RequestFileError(shown, line, None, "each line must be a JSON object")
-                yield line, row
+        yield from json_lines(path, shown)
     elif suffix == ".csv":
         with path.open(encoding="utf-8", newline="") as f:
             reader = csv.DictReader(f)

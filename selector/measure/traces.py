@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from selector.measure.requests import ReplayRequest, RequestFileError
+from selector.measure.requests import ReplayRequest, RequestFileError, json_lines
 
 BLOCK_TOKENS = 512  # Mooncake's block: each hash id stands for this many prompt tokens
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -64,18 +64,7 @@ def is_trace(path: Path) -> bool:
 def read_trace(path: Path, shown: str) -> list[TraceRow]:
     """Every row, checked: known fields, whole lengths >= 1, hash ids that fit the input, and
     timestamps on every row or none, never going backwards."""
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for line, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise RequestFileError(shown, line, None, f"not valid JSON: {e.msg}") from None
-            if not isinstance(row, dict):
-                raise RequestFileError(shown, line, None, "each line must be a JSON object")
-            rows.append(_row(shown, line, row))
+    rows = [_row(shown, line, row) for line, row in json_lines(path, shown)]
     if not rows:
         raise RequestFileError(shown, None, None, "no requests in this trace")
     _check_timestamps(shown, rows)
