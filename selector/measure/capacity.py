@@ -118,11 +118,13 @@ class Axis:
     start: float
     minimum: float
     tolerance: float
+    maximum: float = math.inf  # a concurrency above a probe's request count is the same burst
 
     @classmethod
     def of(cls, cfg: LoadConfig, on: str) -> Axis:
         if on == "concurrency":
-            return cls(on, float(cfg.capacity_start_concurrency), 1.0, cfg.capacity_tolerance)
+            return cls(on, float(cfg.capacity_start_concurrency), 1.0, cfg.capacity_tolerance,
+                       float(requests_per_step(cfg)))
         return cls(on, max(cfg.capacity_start_rps, cfg.capacity_min_rps), cfg.capacity_min_rps, cfg.capacity_tolerance)
 
     @property
@@ -130,7 +132,7 @@ class Axis:
         return self.on == "concurrency"
 
     def snap(self, x: float) -> float:
-        return max(self.minimum, float(round(x)) if self.whole else x)
+        return min(self.maximum, max(self.minimum, float(round(x)) if self.whole else x))
 
     def mid(self, low: float, high: float) -> float:
         return float((low + high) // 2) if self.whole else (low + high) / 2
@@ -191,8 +193,8 @@ async def _locate(passes: Callable[[float, int], Awaitable[bool]], axis: Axis, m
     level = axis.start
     if await ok(level):
         low = level
-        while probes < max_steps:
-            level *= 2
+        while probes < max_steps and level < axis.maximum:
+            level = min(level * 2, axis.maximum)
             if not await ok(level):
                 high = level
                 break
@@ -324,6 +326,10 @@ def _result(cfg: LoadConfig, axis: Axis, steps: list[CapacityStep], low: float |
         at = min(steps, key=lambda s: s.at)
         notes.append(f"even the lowest {axis.on} probed, {at.at:g} {unit}, breaks the SLO ({shown}); "
                      "its figures are reported")
+    elif high is None and low >= axis.maximum:
+        estimate = low
+        notes.append(f"all {low:g} requests of a probe in flight at once met the SLO: the capacity is at least "
+                     f"{low:g} in flight (raise measure.load.requests_per_level to probe higher)")
     elif high is None:
         estimate = low
         notes.append(f"no {axis.on} probed broke the SLO (up to {low:g} {unit}, capacity_max_steps="

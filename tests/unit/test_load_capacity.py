@@ -239,6 +239,17 @@ def test_the_search_by_concurrency_finds_how_many_requests_a_fifo_server_holds()
     assert min(served) * 0.8 <= result.capacity_rps <= max(served) * 1.2  # the req/s served at that concurrency
 
 
+def test_the_search_by_concurrency_stops_at_a_probes_request_count_and_says_so() -> None:
+    # A fast server meets the SLO with every request of a probe in flight at once: above 12 in flight
+    # a probe of 12 requests is the same burst, so the search goes no higher than 12.
+    engine = FifoEngine(per_token_s=0.0005, tokens=2)
+    cfg = LoadConfig(slo={"e2e_ms_p80": 5000}, capacity_confidence=0.8, requests_per_level=12, capacity_repeats=2,
+                     capacity_on="concurrency", capacity_max_steps=12, max_duration_s=30)
+    result = run_search(engine, cfg)["concurrency"]
+    assert [s.concurrency for s in result.steps] == [1, 2, 4, 8, 12] and all(s.passed for s in result.steps)
+    assert result.capacity_concurrency == 12 and "the capacity is at least 12 in flight" in result.note
+
+
 def test_when_the_lowest_rate_already_breaks_the_slo_it_says_so_with_that_rates_figures() -> None:
     engine = FifoEngine(per_token_s=0.01, tokens=4)  # 40 ms a request, and the limit is 20 ms
     cfg = LoadConfig(slo={"e2e_ms_p50": 20}, capacity_confidence=0.5, requests_per_level=6,
