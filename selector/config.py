@@ -80,7 +80,9 @@ class EvalsetConfig:
 class LatencyConfig:
     enabled: bool = True
     warmup: int = 2
-    repeats: int = 10
+    repeats: int = 10  # at most; fewer once the mean e2e is known to `precision`
+    min_repeats: int = 5
+    precision: Optional[float] = 0.02  # stop once the mean e2e's 95% interval is within +-2%; null: all repeats
     prompt_tokens: int = 64
     new_tokens: int = 32
 

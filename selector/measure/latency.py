@@ -7,10 +7,15 @@ The prompt is `prompt_tokens` tokens of ordinary English, sent as token ids wher
 them (in-process, vLLM), and every request generates exactly `new_tokens` tokens (end-of-sequence
 ignored): every run does the same work. Warm-up runs come first and are not counted; a compiled
 fast path is compiled for each shape before anything is timed (its time is reported apart).
+Latency repeats the request until its mean end-to-end time is known to `precision` (at least
+`min_repeats`, at most `repeats` times): on a 1.5B model on 2 cores each repeat is seconds, and the
+same request in-process varies by about a percent.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from typing import Any
 
 from selector.config import LatencyConfig, ThroughputConfig
@@ -58,7 +63,10 @@ def measure_latency(running: Any, cfg: LatencyConfig) -> LatencyResult:
 
     async def body(channel: Channel) -> list[Any]:
         await _timed(channel, [request] * cfg.warmup, 1)  # allocator, kernels and caches settle
-        return await _timed(channel, [request] * cfg.repeats, 1)
+        traces: list[Any] = []
+        while len(traces) < cfg.repeats and not precise_enough([t.e2e_ms for t in traces], cfg):
+            traces += await _timed(channel, [request], 1)
+        return traces
 
     traces = on_engine(running, Batching(1, 0.0), body)
     tpot = [t.itl_mean_ms for t in traces if t.itl_mean_ms is not None]
@@ -68,8 +76,22 @@ def measure_latency(running: Any, cfg: LatencyConfig) -> LatencyResult:
         e2e_ms=summarize([t.e2e_ms for t in traces]),
         prompt_tokens=cfg.prompt_tokens,
         output_tokens=cfg.new_tokens,
-        repeats=cfg.repeats,
+        repeats=len(traces),
     )
+
+
+def precise_enough(e2e_ms: list[float], cfg: LatencyConfig) -> bool:
+    """Whether the repeats so far pin the mean end-to-end latency down to `cfg.precision`: the
+    Student-t 95% interval of the mean within +-precision of it, after at least `min_repeats`. The
+    same request again and again varies by a percent or two in-process, so the default stops at
+    `min_repeats` there, and a noisy server or machine gets up to `repeats`."""
+    n = len(e2e_ms)
+    if cfg.precision is None or n < max(2, min(cfg.min_repeats, cfg.repeats)):
+        return False
+    from scipy.stats import t
+
+    half_width = t.ppf(0.975, n - 1) * statistics.stdev(e2e_ms) / math.sqrt(n)
+    return half_width <= cfg.precision * statistics.fmean(e2e_ms)
 
 
 def measure_throughput(running: Any, cfg: ThroughputConfig, latency: LatencyResult | None = None) -> list[ThroughputPoint]:

@@ -87,3 +87,24 @@ def test_timed_requests_are_exact_and_batch_together(tiny, monkeypatch) -> None:
     assert batches == [3]
     assert [t.output_tokens for t in traces] == [9, 9, 9] and all(len(t.token_times) == 9 for t in traces)
     assert [t.prompt_tokens for t in traces] == [12, 12, 12]
+
+
+def test_latency_repeats_until_the_mean_is_known_to_the_precision_asked(tiny) -> None:  # type: ignore[no-untyped-def]
+    from selector.measure.latency import precise_enough
+
+    shape = {"warmup": 1, "prompt_tokens": 16, "new_tokens": 4}
+    every = Counted(tiny)
+    all_of_them = measure_latency(every, LatencyConfig(repeats=4, min_repeats=2, precision=None, **shape))
+    assert all_of_them.repeats == all_of_them.e2e_ms.n == 4 and every.sent == 1 + 4
+    loose = Counted(tiny)
+    stopped = measure_latency(loose, LatencyConfig(repeats=50, min_repeats=3, precision=0.99, **shape))
+    # +-99% of the mean after 3 requests: the tiny model's repeats never spread that far
+    assert stopped.repeats == stopped.e2e_ms.n == 3 and loose.sent == 1 + 3
+
+    cfg = LatencyConfig(repeats=10, min_repeats=5, precision=0.02)
+    steady, noisy = [100.0, 101.0, 99.0, 100.5, 99.5], [100.0, 150.0, 60.0, 120.0, 80.0]
+    assert precise_enough(steady, cfg) and not precise_enough(noisy, cfg)
+    assert not precise_enough(steady[:4], cfg)  # fewer than min_repeats
+    assert not precise_enough(steady, LatencyConfig(repeats=10, min_repeats=5, precision=None))
+    # half-width t(0.975, 4) * sd / sqrt(5) = 2.776 * 0.79 / 2.236 = 0.98 ms: within 1%, not 0.5%
+    assert precise_enough(steady, LatencyConfig(precision=0.01)) and not precise_enough(steady, LatencyConfig(precision=0.005))
