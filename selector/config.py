@@ -79,7 +79,7 @@ class EvalsetConfig:
 @dataclass
 class LatencyConfig:
     enabled: bool = True
-    warmup: int = 2
+    warmup: int = 1
     repeats: int = 10  # at most; fewer once the mean e2e is known to `precision`
     min_repeats: int = 5
     precision: Optional[float] = 0.02  # stop once the mean e2e's 95% interval is within +-2%; null: all repeats
