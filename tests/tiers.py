@@ -19,35 +19,40 @@ QUANT_BY_BACKEND: dict[str, tuple[str, ...]] = {
 QUANT_MODULES = tuple(dict.fromkeys(m for modules in QUANT_BY_BACKEND.values() for m in modules))
 
 
-# Seconds each heavy test file takes on a quiet 2-core machine, from the suite's --durations:
+# Seconds each heavy test file takes on a quiet 2-core machine (its tests' junit times summed):
 # tests/conftest.py hands the heaviest out first, so that the two workers of `make test` finish
 # together. Re-measure when a file here gets much lighter or heavier.
-FILE_SECONDS: dict[str, float] = {  # make test on a quiet 2-core Xeon, 2026-12-02 (the --durations head, summed)
-    "tests/integration/test_precisions_smollm2.py": 243,
-    "tests/integration/test_memory_phases.py": 208,
-    "tests/integration/test_vllm_engine.py": 190,
-    "tests/integration/test_readme.py": 181,
-    "tests/integration/test_launchers_ray.py": 169,
-    "tests/integration/test_faults.py": 112,
-    "tests/integration/test_models_offline.py": 89,
-    "tests/integration/test_sweep_smollm2.py": 80,
-    "tests/integration/test_load_traffic.py": 66,
-    "tests/integration/test_sweep_tiny.py": 58,
-    "tests/integration/test_models_command_line.py": 56,
-    "tests/integration/test_wheel.py": 53,
-    "tests/integration/test_search_adaptive.py": 47,
-    "tests/integration/test_engine_fast.py": 47,
-    "tests/integration/test_launchers_joblib.py": 45,
-    "tests/integration/test_mlflow_ui.py": 45,
-    "tests/integration/test_serving_settings.py": 44,
-    "tests/integration/test_openai_sweep.py": 44,
-    "tests/integration/test_vllm_faults.py": 43,
-    "tests/unit/test_load_capacity.py": 42,
-    "tests/integration/test_precisions_sweep_kernel.py": 29,
-    "tests/integration/test_policy_flow.py": 28,
-    "tests/integration/test_notebook.py": 24,
-    "tests/integration/test_console_log.py": 23,
-    "tests/integration/test_gpu_check.py": 23,
+FILE_SECONDS: dict[str, float] = {  # junit times of make test on a clean clone, 2-core Xeon, 2026-12-02
+    "tests/integration/test_precisions_smollm2.py": 305,
+    "tests/integration/test_vllm_engine.py": 293,
+    "tests/integration/test_launchers_ray.py": 210,
+    "tests/integration/test_memory_phases.py": 135,
+    "tests/integration/test_readme.py": 120,
+    "tests/integration/test_faults.py": 116,
+    "tests/integration/test_models_offline.py": 77,
+    "tests/integration/test_load_traffic.py": 76,
+    "tests/integration/test_wheel.py": 73,
+    "tests/integration/test_engine_fast.py": 68,
+    "tests/integration/test_serving_settings.py": 64,
+    "tests/integration/test_models_command_line.py": 63,
+    "tests/integration/test_sweep_smollm2.py": 61,
+    "tests/integration/test_launchers_joblib.py": 56,
+    "tests/integration/test_search_adaptive.py": 55,
+    "tests/integration/test_vllm_faults.py": 54,
+    "tests/unit/test_load_capacity.py": 53,
+    "tests/integration/test_openai_sweep.py": 49,
+    "tests/integration/test_tracking_server.py": 46,
+    "tests/integration/test_mlflow_ui.py": 46,
+    "tests/integration/test_notebook.py": 44,
+    "tests/integration/test_sweep_tiny.py": 43,
+    "tests/integration/test_precisions_kernels.py": 36,
+    "tests/integration/test_gpu_check.py": 35,
+    "tests/integration/test_precisions_sweep_kernel.py": 35,
+    "tests/integration/test_policy_flow.py": 35,
+    "tests/integration/test_console_log.py": 26,
+    "tests/integration/test_precisions_backends.py": 25,
+    "tests/unit/test_evalset_default.py": 24,
+    "tests/integration/test_openai_process.py": 21,
 }
 
 

@@ -23,7 +23,17 @@ CORPUS = [
 ] * 20
 
 
-def build_tokenizer(out: Path, vocab_size: int = 512):  # type: ignore[no-untyped-def]
+def evalset_corpus() -> list[str]:
+    """Every line of the default eval set's files. A tokenizer trained on CORPUS alone encodes the
+    eval set's few-shot prompts nearly a byte per token (a thousand tokens each); trained on these
+    too, with a larger vocabulary, in a few hundred: for a model wide enough that its prompts' length,
+    not its loading, is what a sweep on it spends."""
+    from selector.paths import DEFAULT_EVALSET
+
+    return [line for f in sorted(Path(DEFAULT_EVALSET).iterdir()) for line in f.read_text().splitlines() if line]
+
+
+def build_tokenizer(out: Path, vocab_size: int = 512, corpus: list[str] | None = None):  # type: ignore[no-untyped-def]
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -33,7 +43,7 @@ def build_tokenizer(out: Path, vocab_size: int = 512):  # type: ignore[no-untype
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(CORPUS, trainer)
+    tok.train_from_iterator(corpus or CORPUS, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|im_end|>",
                                    pad_token="<|endoftext|>", unk_token="<|endoftext|>")
     fast.chat_template = CHAT_TEMPLATE
@@ -42,10 +52,11 @@ def build_tokenizer(out: Path, vocab_size: int = 512):  # type: ignore[no-untype
 
 
 def build_tiny_llama(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0, heads: int = 4,
-                     talkative: bool = False) -> Path:
+                     talkative: bool = False, vocab_size: int = 512, corpus: list[str] | None = None) -> Path:
     """A ~0.1M-parameter Llama with a trained tokenizer, saved to `out` (safetensors).
     heads: attention heads (key/value heads: half as many); vLLM's CPU attention needs a head size
     of 32 or more (build_vllm_llama).
+    vocab_size, corpus: the tokenizer's (build_tokenizer).
     talkative: zero the (tied) embedding rows of end-of-sequence and of every token holding a
     newline, so their logits are 0 where the random model's greedy choice was a newline (which the
     tasks' stop sequences cut at once): it then generates every token a request allows."""
@@ -53,7 +64,7 @@ def build_tiny_llama(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     out = Path(out)
-    tok = build_tokenizer(out)
+    tok = build_tokenizer(out, vocab_size, corpus)
     config = LlamaConfig(
         vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=max(1, heads // 2), max_position_embeddings=1024,

@@ -71,7 +71,9 @@ def ray_head(num_cpus: int = 2) -> Iterator[str]:
         assert "Local node IP: 127.0.0.1" in re.sub(r"\x1b\[[0-9;]*m", "", log.read_text())
         yield f"127.0.0.1:{port}"
     finally:
-        for sig, wait in ((signal.SIGTERM, 120), (signal.SIGKILL, 30)):
+        # Ray's graceful stop waits on its workers for half a minute on a busy machine; the test
+        # needs none of it: 10 s, then the whole group is killed.
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 30)):
             try:
                 os.killpg(head.pid, sig)  # the head's own group: its GCS, raylet and workers
             except ProcessLookupError:
@@ -133,12 +135,8 @@ def test_two_variants_as_ray_tasks_reach_mlflow(tiny: dict[str, Path], cluster: 
     sweep_dir = Path(parents[0].data.params["sweep_dir"])
     report = json.loads((sweep_dir / "report" / "report.json").read_text())
     assert {r["variant"]["precision"] for r in report["records"]} == {"fp32", "bf16"}
-
-    seq_done, seq_wall = run_sweep(tiny, tiny["base"] / "out-local")
-    assert seq_done.returncode == 0, seq_done.stderr[-6000:]
-    assert len(mlflow_runs(tiny["base"] / "out-local")[1]) == 2
     print(f"\nwall time, 2 variants (tiny model, evalset.limit=2, measure=quick, threads=1): "
-          f"Ray tasks on a local 2-CPU cluster {ray_wall:.1f} s, local launcher (sequential) {seq_wall:.1f} s")
+          f"Ray tasks on a local 2-CPU cluster {ray_wall:.1f} s")
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,19 @@ from pathlib import Path
 import pytest
 
 from tests.sweep_helpers import run_selector
-from tests.tiny import build_tiny_llama, write_model_config
+from tests.tiny import CORPUS, build_tiny_llama, evalset_corpus, write_model_config
 
 pytestmark = pytest.mark.quant("bitsandbytes")
 MB = 2**20
+# What is measured here is memory: one task's few items (the fidelity probes are drawn from them)
+ONE_TASK = ("evalset.limit=4", "evalset.tasks=[sentiment]", "policy.floors.sentiment=0.0")
 
 
 @pytest.fixture(scope="module")
 def wide_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("models") / "wide", hidden=2048, layers=4)
+    # its tokenizer knows the eval set's words: prompts of a few hundred tokens, not a thousand
+    return build_tiny_llama(tmp_path_factory.mktemp("models") / "wide", hidden=2048, layers=4, vocab_size=4096,
+                            corpus=CORPUS + evalset_corpus())
 
 
 def _records(out: Path) -> dict[str, dict]:  # type: ignore[type-arg]
@@ -35,8 +39,7 @@ def test_serving_peak_leaves_out_the_baseline_that_ran_after_it(tmp_path: Path, 
     setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": tmp_path / "cache"}
     write_model_config(setup["conf"], "wide", wide_model)
     result = run_selector(setup, "model=wide", "precision=int8,bf16", "search=grid", "measure=quick",
-                          "evalset.limit=4", "evalset.tasks=[sentiment,arithmetic]", "policy.floors.sentiment=0.0",
-                          "policy.floors.arithmetic=0.0", "policy.max_memory_gb=100", "threads=2")
+                          *ONE_TASK, "policy.max_memory_gb=100")
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(setup["out"])
     int8, bf16 = records["wide/int8"], records["wide/bf16"]
@@ -56,8 +59,7 @@ def test_serving_peak_leaves_out_the_baseline_that_ran_after_it(tmp_path: Path, 
     # nothing to prepare, and the same serving peak. Had the baseline been loaded in its process the
     # first time, that peak would hold the bf16 weights too (300 MB here, more in its transient); two runs of one variant differ by tens of MB (threads, allocator arenas).
     again = run_selector({**setup, "out": tmp_path / "again"}, "model=wide", "precision=int8", "measure=quick",
-                         "evalset.limit=4", "evalset.tasks=[sentiment,arithmetic]", "policy.floors.sentiment=0.0",
-                         "policy.floors.arithmetic=0.0", "threads=2")
+                         *ONE_TASK)
     assert again.returncode == 0, again.stderr[-3000:]
     second = _records(tmp_path / "again")["wide/int8"]
     assert second["memory"]["prepare"] is None and "prepared" not in second["config"]
@@ -75,9 +77,7 @@ def test_adaptive_search_loads_the_baseline_once(tmp_path: Path, wide_model: Pat
     in its preparation, and no evidence wave loading bf16 again after the search."""
     setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": tmp_path / "cache"}
     write_model_config(setup["conf"], "wide", wide_model)
-    result = run_selector(setup, "model=wide", "precision=bf16,int8", "measure=quick", "evalset.limit=4",
-                          "evalset.tasks=[sentiment,arithmetic]", "policy.floors.sentiment=0.0",
-                          "policy.floors.arithmetic=0.0", "threads=2")
+    result = run_selector(setup, "model=wide", "precision=bf16,int8", "measure=quick", *ONE_TASK)
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(setup["out"])
     int8, bf16 = records["wide/int8"], records["wide/bf16"]
