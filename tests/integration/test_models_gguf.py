@@ -20,6 +20,8 @@ from selector import models
 from selector.config import ModelConfig, SourceConfig
 from selector.errors import ConfigError
 
+pytestmark = pytest.mark.fast  # make test-fast: the GGUF conversion on a tiny file, seconds
+
 REPO = Path(__file__).resolve().parents[2]
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"

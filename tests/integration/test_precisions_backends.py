@@ -225,6 +225,7 @@ def tiny96(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_model(tmp_path_factory.mktemp("models96") / "tiny96", hidden=96, layers=2)
 
 
+@pytest.mark.fast  # make test-fast: GPTQ calibrates, quantizes, saves and reloads a tiny model in a second
 @pytest.mark.parametrize("name", [precision_case("gptq-int4"), precision_case("gptq-int4-llmcompressor")])
 def test_group_size_falls_to_one_that_divides_hidden_96(name: str, tiny96: Path, cache: Path) -> None:
     loaded = load(tiny96, name, cache)
@@ -262,6 +263,7 @@ def test_prequantized_checkpoint_loads_without_quantizing(tiny: Path, cache: Pat
 
 
 @pytest.mark.quant("gptqmodel")
+@pytest.mark.fast
 def test_prequantized_folder_without_quantization_config_is_a_config_error(tiny: Path, cache: Path) -> None:
     with pytest.raises(ConfigError, match="not a quantized checkpoint"):
         load(tiny, "gptq-int4", cache, prequantized=True)

@@ -154,6 +154,7 @@ def test_compressed_tensors_run_packed_after_a_lossless_conversion(tiny: Path, c
     assert torch.equal(run_once(again.model), run_once(packed.model))  # one kernel, one machine: bit for bit
 
 
+@pytest.mark.fast  # make test-fast: a compressed-tensors checkpoint converted to GPTQ v2 (precisions/convert.py)
 def test_symmetric_gptq_from_llmcompressor_converts_too(tiny: Path, cache: Path) -> None:
     dense = load(tiny, "gptq-int4-llmcompressor", cache)
     packed = load(tiny, "gptq-int4-llmcompressor", cache, kernel="torch")

@@ -113,3 +113,19 @@ def test_a_serving_only_change_uses_single_request_latency_as_the_control() -> N
     other = side("B", b, delay=50)
     other.config["seed"] = 1
     assert compare(side("A", a), other)["drift"] == {}
+
+
+def test_a_comparison_is_attached_to_the_later_sweeps_mlflow_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from mlflow import MlflowClient
+
+    from selector.trackers.comparison import attach_to_run
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    run = client.create_run(client.create_experiment("selector", artifact_location=str(tmp_path / "artifacts")))
+    table = tmp_path / "compare.md"
+    table.write_text("| variant |\n")
+    assert attach_to_run(uri, run.info.run_id, [table], {"selector.compared_with": "A" * 6000}) == run.info.run_id
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "compare")] == ["compare/compare.md"]
+    assert client.get_run(run.info.run_id).data.tags["selector.compared_with"] == "A" * 5000  # MLflow's tag limit
+    assert attach_to_run(uri, "no-such-run", [table], {}) is None  # the comparison on disk stands
