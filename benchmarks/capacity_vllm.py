@@ -164,6 +164,8 @@ def markdown(data: dict[str, Any]) -> str:
             unit = "req/s" if c["on"] == "rate" else "in flight"
             value = c["capacity_rps"] if c["on"] == "rate" else c["capacity_concurrency"]
             held = f"{fmt(value)} {unit}" if value is not None else "none"
+            if "is at least" in (c.get("note") or ""):  # no probe broke the SLO: a floor, not the capacity
+                held = "at least " + held
             if c["on"] == "concurrency" and c["capacity_rps"]:
                 held += f" ({fmt(c['capacity_rps'])} req/s)"
             interval = f"{fmt(c['low'])} - {fmt(c['high'])}" if c["low"] is not None else "-"
