@@ -75,12 +75,13 @@ def fast_tier_lines(pytest_args: list[str], workers: str) -> tuple[int, dict[str
 
 
 def main(argv: list[str]) -> int:
-    own, _, pytest_args = " ".join(argv).partition("--")
+    split = argv.index("--") if "--" in argv else len(argv)
+    own, pytest_args = argv[:split], argv[split + 1:]
     p = argparse.ArgumentParser(prog="python scripts/fast_tier_coverage.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", default=os.environ.get("TEST_WORKERS", "2"))
-    args = p.parse_args(own.split())
+    args = p.parse_args(own)
     imported = import_lines()
-    code, ran = fast_tier_lines(pytest_args.split(), args.workers)
+    code, ran = fast_tier_lines(pytest_args, args.workers)
     rows, missing = [], []
     for path in sorted(imported):
         module = Path(path).resolve().relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
