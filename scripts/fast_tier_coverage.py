@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     own, pytest_args = argv[:split], argv[split + 1:]
     p = argparse.ArgumentParser(prog="python scripts/fast_tier_coverage.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--workers", default=os.environ.get("TEST_WORKERS", "2"))
+    p.add_argument("--workers", default=os.environ.get("TEST_WORKERS", "3"))
     args = p.parse_args(own)
     imported = import_lines()
     code, ran = fast_tier_lines(pytest_args, args.workers)

@@ -20,7 +20,7 @@ QUANT_MODULES = tuple(dict.fromkeys(m for modules in QUANT_BY_BACKEND.values() f
 
 
 # Seconds each heavy test file takes on a quiet 2-core machine (its tests' junit times summed):
-# tests/conftest.py hands the heaviest out first, so that the two workers of `make test` finish
+# tests/conftest.py hands the heaviest out first, so that the workers of `make test` finish
 # together. Re-measure when a file here gets much lighter or heavier.
 FILE_SECONDS: dict[str, float] = {  # junit times of make test on a clean clone, 2-core Xeon, 2026-12-02
     "tests/integration/test_precisions_smollm2.py": 305,
