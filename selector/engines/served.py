@@ -219,9 +219,9 @@ class ServedRunning(Running):
     def metrics_urls(self) -> list[str]:
         return [root + "/metrics" for root in self.client.root_urls]
 
-    def check_alive(self, during: str) -> None:
+    def check_alive(self, during: str, grace_s: float = 0.0) -> None:
         for server in self.servers:
-            server.check_alive(during)
+            server.check_alive(during, grace_s)
 
     def stop(self, interrupted: bool = False) -> None:
         self.footprint.stop()

@@ -148,8 +148,9 @@ class Running(Evaluator):
     def info(self) -> EngineInfo:
         raise NotImplementedError
 
-    def check_alive(self, during: str) -> None:
-        """Raise when what serves the variant has died (a server process); nothing in-process."""
+    def check_alive(self, during: str, grace_s: float = 0.0) -> None:
+        """Raise when what serves the variant has died (a server process), waiting up to grace_s for
+        an exit under way; nothing in-process."""
 
     def stop(self, interrupted: bool = False) -> None:
         raise NotImplementedError

@@ -9,6 +9,9 @@ from typing import Any
 from selector.config import SelectorConfig
 from selector.records import PerfResult
 
+# Failed requests may be a server on its way out: how long to wait for it to be seen exited.
+SERVER_EXIT_GRACE_S = 5.0
+
 
 def measure_perf(running: Any, tasks: Any, cfg: SelectorConfig, perf: PerfResult) -> PerfResult:
     """Fills `perf` as it goes, so what was measured stays in the record if a later figure fails
@@ -25,7 +28,8 @@ def measure_perf(running: Any, tasks: Any, cfg: SelectorConfig, perf: PerfResult
         perf.load = run_load(running, tasks, cfg)
         failed = [level for level in perf.load if level.errors]
         running.check_alive(f"the load test (first failed level: {_level_name(failed[0])}, {failed[0].errors} of "
-                            f"{failed[0].requests} requests failed)" if failed else "the load test")
+                            f"{failed[0].requests} requests failed)" if failed else "the load test",
+                            grace_s=SERVER_EXIT_GRACE_S if failed else 0.0)
     if m.load.capacity:  # on the same engine, after the ladder
         found = run_capacity(running, tasks, cfg)
         perf.capacity, perf.capacity_concurrency = found.get("rate"), found.get("concurrency")

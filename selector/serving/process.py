@@ -210,9 +210,16 @@ class ServerProcess:
         self.pgid_file.unlink(missing_ok=True)
         log.info("stopped server pid %d (exit status %s)", pgid, self.proc.returncode)
 
-    def check_alive(self, during: str) -> None:
-        """ServerDiedError if the server has exited (with its status and its log's last lines)."""
-        if self.proc is not None and self.proc.poll() is not None:
+    def check_alive(self, during: str, grace_s: float = 0.0) -> None:
+        """ServerDiedError if the server has exited (with its status and its log's last lines).
+        grace_s: how long to wait for an exit under way; a dying process closes its sockets (the
+        client's requests fail) before the kernel reports it exited, later on a busy machine."""
+        if self.proc is None:
+            return
+        if grace_s > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace_s)
+        if self.proc.poll() is not None:
             raise ServerDiedError(f"the server exited with status {self.proc.returncode} during {during}"
                                   f"{self._log_tail()}")
 
