@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 
 NOISY = ("transformers", "bitsandbytes", "torchao", "accelerate", "datasets", "urllib3", "mlflow", "alembic", "gptqmodel",
@@ -27,9 +28,9 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", message=".*inputs will be cast from.*")
     warnings.filterwarnings("ignore", message=".*register_constant.*")
-    try:
-        from transformers.utils import logging as hf_logging
-
+    # transformers takes its verbosity from the environment when it is imported; importing it here
+    # would cost every process about a second, the sweep's own included, which never loads a model.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is not None:  # imported already: the variable is read no more
         hf_logging.set_verbosity_error()
-    except ImportError:
-        pass

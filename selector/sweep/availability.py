@@ -5,6 +5,7 @@ backend's own check (library installed, device supported, a kernel for this GPU)
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 
 from selector.config import SelectorConfig
@@ -14,9 +15,20 @@ from selector.origin import Origin
 
 @functools.lru_cache(maxsize=1)
 def cuda_available() -> bool:
+    if not _gpu_device_files():  # torch would say no too, after a second or two of importing it
+        return False
     import torch
 
     return torch.cuda.is_available()
+
+
+def _gpu_device_files() -> bool:
+    """Whether a GPU driver's device files exist (NVIDIA, ROCm, WSL's GPU); True where there is no such
+    cheap test (not Linux), so that torch is asked."""
+    if not sys.platform.startswith("linux"):
+        return True
+    dev = Path("/dev")
+    return any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists() or (dev / "dxg").exists()
 
 
 def planned_device(cfg: SelectorConfig) -> str:

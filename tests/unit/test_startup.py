@@ -1,0 +1,52 @@
+"""The sweep's own process never loads a model: it should not pay for importing torch and
+transformers (about 3 s of a 12 s command on 2 cores) only to ask whether there is a GPU or to quiet
+a library. Each check runs in a fresh interpreter, where nothing is imported yet."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def fresh_python(code: str) -> dict:  # type: ignore[type-arg]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_logging_quiets_transformers_without_importing_it() -> None:
+    seen = fresh_python(
+        "import json, logging, os, sys\n"
+        "from selector.logs import setup_logging\n"
+        "setup_logging()\n"
+        "imported = 'transformers' in sys.modules\n"
+        "from transformers.utils import logging as hf\n"
+        "print(json.dumps({'imported': imported, 'quiet': hf.get_verbosity() == logging.ERROR}))\n")
+    assert seen == {"imported": False, "quiet": True}
+
+
+def test_logging_quiets_transformers_imported_before_it() -> None:
+    seen = fresh_python(
+        "import json, logging\n"
+        "from transformers.utils import logging as hf\n"
+        "hf.set_verbosity_info()\n"
+        "from selector.logs import setup_logging\n"
+        "setup_logging()\n"
+        "print(json.dumps({'quiet': hf.get_verbosity() == logging.ERROR}))\n")
+    assert seen == {"quiet": True}
+
+
+@pytest.mark.skipif(any(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/kfd").exists() or Path("/dev/dxg").exists(),
+                    reason="a GPU driver is here: torch is asked, as it should be")
+def test_no_gpu_device_files_means_no_cuda_without_importing_torch() -> None:
+    seen = fresh_python(
+        "import json, sys\n"
+        "from selector.sweep.availability import cuda_available\n"
+        "print(json.dumps({'cuda': cuda_available(), 'torch': 'torch' in sys.modules}))\n")
+    assert seen == {"cuda": False, "torch": False}
+    import torch
+
+    assert torch.cuda.is_available() is False  # what torch itself says here
