@@ -1,6 +1,7 @@
 """Test tiers, declared as markers in pyproject.toml:
 
-- `slow`: over a minute on 2 CPU cores (`-m "not slow"` leaves them out);
+- `slow`: over a minute on 2 CPU cores, or a unit test that generates many cases (property-based,
+  fuzzing, timed simulations) and so stays out of the fast tier (`-m "not slow"` leaves them out);
 - `gpu`: needs a CUDA device; skipped, saying so, where there is none;
 - `quant(*modules)`: needs the quantization extra (all of it, or the modules named); skipped with
   the install command where they are absent, so a core install runs everything else

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # fuzzing: outside the inner loop (the full suite runs it)
+
 HARNESS = Path(__file__).resolve().parents[1] / "fuzz" / "fuzz_evalset.py"
 
 

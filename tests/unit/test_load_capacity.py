@@ -187,6 +187,7 @@ def run_search(engine: FifoEngine, cfg: LoadConfig):  # type: ignore[no-untyped-
     return asyncio.run(capacity(Probe(engine, cfg, monitor), requests, warmup=requests[:1]))
 
 
+@pytest.mark.slow  # a timed capacity search against a FIFO engine: ~15 s alone on 2 cores
 def test_the_search_by_rate_converges_on_a_known_service_time_with_an_interval() -> None:
     engine = FifoEngine(per_token_s=0.01, tokens=4)  # 40 ms a request: at most 25 req/s
     cfg = LoadConfig(slo={"e2e_ms_p80": 120}, capacity_confidence=0.8, requests_per_level=30, capacity_repeats=3,
@@ -296,6 +297,7 @@ def test_the_saturation_rule_fires_above_a_queues_service_rate_and_not_well_belo
     assert watch.reason.startswith("over-saturated: over the last") and watch.at is not None
 
 
+@pytest.mark.slow  # timed probes against a FIFO engine
 def test_an_over_saturated_probe_ends_early_and_names_why() -> None:
     requests = [GenerationRequest("x", 2)] * 60
 

@@ -540,6 +540,7 @@ def sweeps(draw):
     return records
 
 
+@pytest.mark.slow  # property-based: many generated cases (the full suite runs it)
 @settings(max_examples=80, deadline=None)
 @given(
     records=sweeps(),

@@ -54,6 +54,7 @@ def test_wilson_exact_coverage_near_nominal(n, mean_lo, mean_hi, floor):
     assert min(coverage) >= floor
 
 
+@pytest.mark.slow  # property-based: many generated cases (the full suite runs it)
 @settings(max_examples=25, deadline=None)
 @given(p=st.floats(0.05, 0.95), n=st.sampled_from([40, 200]), seed=st.integers(0, 2**16))
 def test_wilson_simulated_coverage(p, n, seed):

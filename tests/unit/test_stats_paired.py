@@ -61,6 +61,7 @@ def test_at_the_margin_the_shipped_rule_keeps_its_level_where_tango_alone_does_n
     assert 0.015 < shipped <= 0.025
 
 
+@pytest.mark.slow  # sums every table directly
 def test_exact_p_matches_a_direct_computation():
     """The table-at-once p-values equal a direct sum for one table and one nuisance value."""
     n, margin, g, lost = 30, 0.05, 2, 1

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -67,6 +68,7 @@ def _write_rows(folder: Path, rows: list[Any]) -> list[str]:
     return lines
 
 
+@pytest.mark.slow  # property-based: many generated cases (the full suite runs it)
 @FUZZ
 @given(rows=st.one_of(
     st.lists(clean_row, min_size=1, max_size=5, unique_by=lambda r: r["id"]),  # mostly loads
