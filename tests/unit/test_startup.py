@@ -5,6 +5,7 @@ a library. Each check runs in a fresh interpreter, where nothing is imported yet
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,10 @@ import pytest
 
 
 def fresh_python(code: str) -> dict:  # type: ignore[type-arg]
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    # Without a verbosity this test process may have set already (the child would inherit it).
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_VERBOSITY"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True,
+                         env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
