@@ -15,14 +15,14 @@ from selector.origin import Origin
 
 @functools.lru_cache(maxsize=1)
 def cuda_available() -> bool:
-    if not _gpu_device_files():  # torch would say no too, after a second or two of importing it
+    if not gpu_device_files():  # torch would say no too, after a second or two of importing it
         return False
     import torch
 
     return torch.cuda.is_available()
 
 
-def _gpu_device_files() -> bool:
+def gpu_device_files() -> bool:
     """Whether a GPU driver's device files exist (NVIDIA, ROCm, WSL's GPU); True where there is no such
     cheap test (not Linux), so that torch is asked."""
     if not sys.platform.startswith("linux"):
