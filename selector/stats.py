@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 
 import numpy as np
-from scipy.stats import beta, binomtest, bootstrap, norm
+
+# scipy.stats (about a second to import on 2 cores) is imported where it is used: a variant's own
+# process scores its items with Clopper-Pearson intervals, which need only scipy.special.
+_NORMAL = NormalDist()
 
 # Bootstrap resamples are drawn in blocks so memory stays bounded (block rows x n items).
 _BOOTSTRAP_BLOCK_CELLS = 2_000_000
@@ -20,14 +24,14 @@ def _z(confidence: float) -> float:
     """Two-sided normal quantile for a confidence level in (0, 1)."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    return float(norm.ppf(0.5 + confidence / 2))
+    return _NORMAL.inv_cdf(0.5 + confidence / 2)
 
 
 def wilson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (well-behaved at 0, 1 and small n)."""
     if n <= 0:
         return (0.0, 1.0)
-    z = float(norm.ppf(0.5 + confidence / 2))
+    z = _z(confidence)
     p = successes / n
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
@@ -55,6 +59,8 @@ def bootstrap_interval(
     _z(confidence)  # validates the level
     if np.all(values == values[0]):  # no spread (or one item): every resample has the same mean
         return (float(values[0]), float(values[0]))
+    from scipy.stats import bootstrap
+
     result = bootstrap((values,), np.mean, n_resamples=n_resamples, confidence_level=confidence,
                        method="percentile", batch=max(1, _BOOTSTRAP_BLOCK_CELLS // values.size),
                        rng=np.random.default_rng(seed))
@@ -66,12 +72,14 @@ def clopper_pearson_interval(successes: float, n: int, confidence: float = 0.95)
     n and p (exactly, over every count: at most 2.5% one-sided at n = 24, 48 and 100, where Wilson's
     runs to 3.37% at p = 0.504 and 13.4% at p = 0.003 for n = 48; benchmarks/verdict_edges.py).
     A fractional count (scores in [0, 1]) is rounded down for the low end and up for the high."""
+    from scipy.special import betaincinv  # the beta distribution's quantile, without scipy.stats
+
     if n <= 0:
         return (0.0, 1.0)
     alpha = 1 - confidence
     k_low, k_high = math.floor(successes + 1e-9), math.ceil(successes - 1e-9)
-    low = 0.0 if k_low <= 0 else float(beta.ppf(alpha / 2, k_low, n - k_low + 1))
-    high = 1.0 if k_high >= n else float(beta.ppf(1 - alpha / 2, k_high + 1, n - k_high))
+    low = 0.0 if k_low <= 0 else float(betaincinv(k_low, n - k_low + 1, alpha / 2))
+    high = 1.0 if k_high >= n else float(betaincinv(k_high + 1, n - k_high, 1 - alpha / 2))
     return (low, high)
 
 
@@ -128,6 +136,8 @@ def mcnemar_exact(b: int, c: int) -> float:
         raise ValueError(f"discordant counts must be >= 0, got {b}, {c}")
     if b + c == 0:
         return 1.0
+    from scipy.stats import binomtest
+
     return float(binomtest(b, b + c, 0.5).pvalue)
 
 
@@ -139,7 +149,7 @@ def two_proportion_sample_size(
     delta = abs(p1 - p2)
     if delta == 0:
         return math.inf
-    z_a, z_b = _z(confidence), float(norm.ppf(power))
+    z_a, z_b = _z(confidence), _NORMAL.inv_cdf(power)
     p_bar = (p1 + p2) / 2
     root = z_a * math.sqrt(2 * p_bar * (1 - p_bar)) + z_b * math.sqrt(p1 * (1 - p1) + p2 * (1 - p2))
     return root * root / (delta * delta)
@@ -156,7 +166,7 @@ def paired_sample_size(
     if delta == 0:
         return math.inf
     psi = p10 + p01
-    z_a, z_b = _z(confidence), float(norm.ppf(power))
+    z_a, z_b = _z(confidence), _NORMAL.inv_cdf(power)
     root = z_a * math.sqrt(psi) + z_b * math.sqrt(max(psi - delta * delta, 0.0))
     return root * root / (delta * delta)
 
@@ -169,5 +179,5 @@ def paired_mean_sample_size(
     when the mean difference is 0."""
     if mean_diff == 0:
         return math.inf
-    z_a, z_b = _z(confidence), float(norm.ppf(power))
+    z_a, z_b = _z(confidence), _NORMAL.inv_cdf(power)
     return ((z_a + z_b) * sd_diff / mean_diff) ** 2

@@ -1,6 +1,7 @@
 """The sweep's own process never loads a model: it should not pay for importing torch and
 transformers (about 3 s of a 12 s command on 2 cores) only to ask whether there is a GPU or to quiet
-a library. Each check runs in a fresh interpreter, where nothing is imported yet."""
+a library, and a variant's process not for scipy.stats to score its items. Each check runs in a fresh
+interpreter, where nothing is imported yet."""
 
 from __future__ import annotations
 
@@ -53,3 +54,23 @@ def test_no_gpu_device_files_means_no_cuda_without_importing_torch() -> None:
     import torch
 
     assert torch.cuda.is_available() is False  # what torch itself says here
+
+
+def test_scoring_items_needs_no_scipy_stats() -> None:
+    # A variant's process scores its items with Clopper-Pearson intervals (the beta quantile, from
+    # scipy.special); scipy.stats (about a second to import) comes in only with what needs it: the
+    # exact tests and the bootstrap of the selection.
+    seen = fresh_python(
+        "import json, sys\n"
+        "from selector.stats import mean_interval\n"
+        "exact = mean_interval([1] * 7 + [0] * 3, binary=True)\n"
+        "wilson = mean_interval([1] * 7 + [0] * 3, binary=True, ci_method='wilson')\n"
+        "before = 'scipy.stats' in sys.modules\n"
+        "from selector.stats import mcnemar_exact\n"
+        "p = mcnemar_exact(1, 6)\n"
+        "print(json.dumps({'exact': [round(x, 4) for x in exact[:2]], 'wilson': [round(x, 4) for x in wilson[:2]],\n"
+        "                  'stats_before': before, 'p': round(p, 4), 'stats_after': 'scipy.stats' in sys.modules}))\n")
+    # 7 of 10: Clopper-Pearson's 95% interval [0.3475, 0.9333], Wilson's [0.3968, 0.8922]; McNemar's
+    # exact p for 1 against 6 discordant pairs is 2 * (1 + 7) / 128
+    assert seen == {"exact": [0.3475, 0.9333], "wilson": [0.3968, 0.8922], "stats_before": False, "p": 0.125,
+                    "stats_after": True}
