@@ -68,6 +68,7 @@ def test_an_ill_typed_param_points_at_its_own_line() -> None:
     ("llmcompressor", "awq-int4", {"ignore": "lm_head"}, "precision.params.ignore", "a list (a string each)"),
     ("llmcompressor", "awq-int4", {"actorder": "group"}, "precision.params.actorder", "does not apply to method awq"),
     ("llmcompressor", "awq-int4", {"kernel": "gemm"}, "precision.params.kernel", "one of"),
+    ("llmcompressor", "awq-int4", {"batch_size": 0}, "precision.params.batch_size", "must be at least 1, got 0"),
     ("native", "bf16", {"group_size": 64}, "precision.params.group_size", "backend native has no param"),
     ("bnb", "int8", {"llm_int8_threshold": "six"}, "precision.params.llm_int8_threshold", "must be a number"),
     ("torchao", "int8-torchao", {"granularity": "row"}, "precision.params.granularity", "has no param"),
@@ -133,3 +134,15 @@ def test_w8a8_needs_eight_bits_per_channel_weights_and_the_dense_kernel() -> Non
     for device, capability in (("cpu", None), ("cuda:0", (9, 0))):
         decision = backend.kernel_decision(shipped("int8-w8a8"), device, capability)
         assert decision.ok and [k.name for k in decision.candidates] == ["dense"], decision
+
+
+def test_llmcompressor_batches_calibration_samples_only_when_they_are_one_length() -> None:
+    from selector.precisions.llmcompressor_backend import calibration_batch
+
+    same = [[1] * 256] * 16
+    assert calibration_batch(same, 16) == 16
+    assert calibration_batch(same, 4) == 4
+    assert calibration_batch(same[:3], 16) == 3  # never more than there are samples
+    # A batch of unequal samples would be cut to its shortest: one at a time keeps every token.
+    assert calibration_batch([[1] * 256, [1] * 200, [1] * 256], 16) == 1
+    assert get_backend("llmcompressor").params(shipped("awq-int4")).batch_size == 16
