@@ -1,3 +1,3 @@
-from selector.cli import main
+from selector.cli import command
 
-main()
+command()

@@ -16,6 +16,16 @@ import sys
 from selector.errors import UsageExit, UserError
 
 
+def command() -> None:
+    """`selector` and `python -m selector`: main() in a process of its own, which ends quickly."""
+    from selector.processes import skip_exit_collection
+
+    try:
+        main()
+    finally:
+        skip_exit_collection()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Every command's bad input ends here, as one line and exit code 2 (errors.UserError)."""
     argv = sys.argv[1:] if argv is None else argv

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from selector.config import SelectorConfig, to_dict
 from selector.errors import UnavailableError
+from selector.processes import skip_exit_collection
 from selector.records import PeakMemory
 
 log = logging.getLogger("selector.sweep.prepare")
@@ -160,4 +161,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    skip_exit_collection()
+    sys.exit(code)

@@ -17,6 +17,8 @@ import signal
 import sys
 from pathlib import Path
 
+from selector.processes import skip_exit_collection
+
 
 def limit_memory(gb: float | None) -> None:
     """Cap the address space so runaway allocation fails inside the variant, not the machine."""
@@ -54,4 +56,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    skip_exit_collection()
+    sys.exit(code)

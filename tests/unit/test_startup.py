@@ -74,3 +74,23 @@ def test_scoring_items_needs_no_scipy_stats() -> None:
     # exact p for 1 against 6 discordant pairs is 2 * (1 + 7) / 128
     assert seen == {"exact": [0.3475, 0.9333], "wilson": [0.3968, 0.8922], "stats_before": False, "p": 0.125,
                     "stats_after": True}
+
+
+def test_a_process_that_skips_the_exit_collection_still_flushes_logs_streams_and_atexit(tmp_path) -> None:
+    # skip_exit_collection spares the interpreter's last garbage collections; everything a process
+    # says on its way out must still arrive.
+    log_file, atexit_file = tmp_path / "run.log", tmp_path / "atexit.txt"
+    code = (
+        "import atexit, gc, logging, sys\n"
+        "from selector.processes import skip_exit_collection\n"
+        f"logging.basicConfig(filename={str(log_file)!r}, level=logging.INFO)\n"
+        f"atexit.register(lambda: open({str(atexit_file)!r}, 'w').write('ran'))\n"
+        "logging.getLogger('x').info('last words')\n"
+        "sys.stdout.write('buffered')\n"
+        "skip_exit_collection()\n"
+        "print(gc.get_freeze_count() > 0, end='')\n"
+        "sys.exit(3)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout) == (3, "bufferedTrue")
+    assert "last words" in log_file.read_text()
+    assert atexit_file.read_text() == "ran"
