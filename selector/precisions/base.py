@@ -5,7 +5,7 @@ one registration line in selector/precisions/__init__.py. The class owns:
 - `Params`: a dataclass of the `precision.params` it accepts (checked before anything loads,
   without importing its library);
 - `calibrates`: whether it quantizes with calibration data (the variant key then covers it);
-- `availability(precision, device, capability)`: whether it can run here, and why not;
+- `availability(precision, device, capability, load_library)`: whether it can run here, and why not;
 - `estimate_weights(arch, precision, device, engine, prequantized)`: bytes its weights take;
 - `load_base(resolved, precision, ctx)`: quantize (or cast) and load the base model.
 What is common to all is done here once: loading a checkpoint that was quantized elsewhere
@@ -59,12 +59,15 @@ class Backend:
         return str(getattr(self.params(precision), "kernel", "auto"))
 
     # ---- can it run here? ---------------------------------------------------------------------
-    def availability(self, precision: PrecisionConfig, device: str,
-                     capability: tuple[int, int] | None = None) -> tuple[bool, str]:
+    def availability(self, precision: PrecisionConfig, device: str, capability: tuple[int, int] | None = None,
+                     load_library: bool = True) -> tuple[bool, str]:
         """(True, "") when this precision can run on `device`, else (False, reason).
 
-        capability: the GPU's compute capability; read from the device when None."""
-        missing = self.library_missing()
+        capability: the GPU's compute capability; read from the device when None.
+        load_library: False where nothing will load a model (the sweep's own process): a library
+        that is installed counts as there, without importing it (seconds, and torch with it); the
+        variant's process asks again with True and records a library that does not import."""
+        missing = self.library_missing(load_library)
         if missing:
             return False, missing
         why = self.unsupported(precision, device)
@@ -76,7 +79,9 @@ class Backend:
                 return False, f"no kernel for it on this GPU: {decision.error}"
         return True, ""
 
-    def library_missing(self) -> str:
+    def library_missing(self, load: bool = True) -> str:
+        """Why the backend's library cannot be used here ("" when it can); `load`: import it to
+        be sure, where a backend's library can be installed and still fail to import."""
         if self.library and importlib.util.find_spec(self.library) is None:
             return f"{self.library} is not installed ({INSTALL_HINT})"
         return ""

@@ -37,7 +37,9 @@ class BnbBackend(Backend):
     library = "bitsandbytes"
     Params = BnbParams
 
-    def library_missing(self) -> str:
+    def library_missing(self, load: bool = True) -> str:
+        if not load:
+            return super().library_missing(load)
         try:
             import bitsandbytes  # noqa: F401
         except Exception as e:  # ImportError, or a broken native library

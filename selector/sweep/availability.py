@@ -50,9 +50,10 @@ def check_precision(cfg: SelectorConfig, origin: Origin = Origin()) -> None:
     backend.params(cfg.precision, origin)
 
 
-def availability(cfg: SelectorConfig, device: str | None = None) -> tuple[bool, str]:
+def availability(cfg: SelectorConfig, device: str | None = None, load_library: bool = True) -> tuple[bool, str]:
     """(True, "") or (False, the reason in one line). device: the one the variant got (a worker),
-    or None for where it would run."""
+    or None for where it would run. load_library=False: the precision's library counts when it is
+    installed, without importing it (the sweep's own process; the worker checks it again)."""
     from selector import models
     from selector.precisions import get_backend
 
@@ -73,7 +74,8 @@ def availability(cfg: SelectorConfig, device: str | None = None) -> tuple[bool, 
     if not ok:
         return False, f"model={cfg.model.name}: {why}"
     try:
-        ok, why = get_backend(cfg.precision.backend).availability(cfg.precision, device)
+        ok, why = get_backend(cfg.precision.backend).availability(cfg.precision, device,
+                                                                 load_library=load_library)
     except KeyError as e:
         raise ConfigError(f"conf/precision/{cfg.precision.name}.yaml", "backend", str(e)) from None
     if not ok:

@@ -63,7 +63,8 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
             done.variant.setting = setting  # measured under another sweep's label, if any
             return _reuse(done, tracker, parent, name, key, job_dir, tasks)
 
-    ok, why = availability(cfg)  # again: a launcher may run the job on another machine than the preflight's
+    # Again: a launcher may run the job on another machine than the preflight's.
+    ok, why = availability(cfg, load_library=False)
     tags = {"selector.model": cfg.model.name, "selector.precision": cfg.precision.name,
             **({"selector.setting": setting_label(setting)} if setting else {})}
     child = tracker.start_variant(parent, name, key, tags)

@@ -126,7 +126,7 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
         notices = notices or found
         _check_command_line_model(cfg, choices.get("model", ""), checked)
         _, ehash = load_tasks(cfg)
-        ok, why = availability(cfg)
+        ok, why = availability(cfg, load_library=False)  # the worker imports the library, and checks again
         planned_bytes, _ = planned_weight_bytes(cfg, planned_device(cfg))
         planned.append(PlannedVariant(cfg, overrides, variant_key(cfg, ehash), ok, why,
                                       evaluation_key(cfg, ehash), planned_bytes,

@@ -94,3 +94,26 @@ def test_a_process_that_skips_the_exit_collection_still_flushes_logs_streams_and
     assert (out.returncode, out.stdout) == (3, "bufferedTrue")
     assert "last words" in log_file.read_text()
     assert atexit_file.read_text() == "ran"
+
+
+def test_the_sweeps_own_process_plans_int8_without_importing_bitsandbytes(tmp_path) -> None:
+    # The preflight asks whether bitsandbytes is installed (it imports torch with it: seconds, in a
+    # process that loads no model); the variant's process imports it, and a broken one is its reason.
+    broken = tmp_path / "site" / "bitsandbytes"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise OSError('libbitsandbytes_cpu.so: cannot open shared object file')\n")
+    code = (
+        "import json, sys\n"
+        "from selector.compose import precision_from_dict\n"
+        "from selector.precisions import get_backend\n"
+        "bnb = get_backend('bnb')\n"
+        "int8 = precision_from_dict({'name': 'int8', 'backend': 'bnb', 'method': 'int8'})\n"
+        "planned = bnb.availability(int8, 'cpu', load_library=False)\n"
+        "imported = 'bitsandbytes' in sys.modules or 'torch' in sys.modules\n"
+        "print(json.dumps({'planned': planned, 'imported': imported, 'worker': bnb.availability(int8, 'cpu')}))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, check=True)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"planned": [True, ""], "imported": False,
+                    "worker": [False, "bitsandbytes does not import: libbitsandbytes_cpu.so: cannot open shared "
+                                      "object file"]}
