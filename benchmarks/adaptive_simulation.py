@@ -40,8 +40,8 @@ import numpy as np
 from benchmarks.common import RESULTS_DIR
 from selector.search import bounds
 from benchmarks.sibling_rule import (
-    MARGINS, SIBLING_KEYS, baseline_shortfall, readme_grid, siblings_summary, stress_ladders, tally_no_fidelity,
-    tally_siblings,
+    MARGINS, SIBLING_KEYS, STORED_GRIDS, baseline_shortfall, readme_grid, siblings_summary, stress_ladders,
+    tally_no_fidelity, tally_siblings,
 )
 from selector.search.driver import Candidate, Outcome, SearchDriver, Shortfall
 from selector.search.sequential import FloorTest, TaskSpec, floor_tests
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                 count(spending_errors[spending], "false_rejection", int(np.sum(ok & other["stopped"])), int(ok.sum()))
                 spending_items[spending] += list(other["items"][~ok] / other["total"])
     stress = stress_ladders(args.stress_sweeps)
-    readme = readme_grid(args.readme_draws)
+    readme = {label: readme_grid(args.readme_draws, grid) for label, grid in STORED_GRIDS.items()}
     setup = {
         "tasks": 3, "items_per_task": SIZES, "fractional_task_share": 0.25, "alphas": ALPHAS,
         "rules": ["point", "lower_bound (Clopper-Pearson, 95%: the default ci_method)"], "boundary_sweep_share": 1 / 3,

@@ -2,15 +2,16 @@
 often it skips a variant the full grid found eligible. Run by benchmarks/adaptive_simulation.py,
 which writes the tables.
 
-- The stored grid: the README's table of the default sweep (3 models x bf16, int8, AWQ, GPTQ on the
-  default eval set, every variant measured): each variant's per-task counts, scored in a fresh
-  random item order per draw by the real FloorTests and driven by the real SearchDriver, with and
-  without the rule. Time saved: the README's measured quantization times of what the rule skips,
-  plus its loading and items at the simulation's stated costs.
-- The largest gain of any quantized variant over its own baseline, per task, in the stored grid
+- The stored grids: the README's table of the default sweep (3 models x bf16, int8, AWQ, GPTQ on the
+  default eval set, every variant measured) as measured at each commit it was re-measured: each
+  variant's per-task counts, scored in a fresh random item order per draw by the real FloorTests
+  and driven by the real SearchDriver, with and without the rule. Time saved: that grid's measured
+  quantization times of what the rule skips, plus its loading and items at the simulation's stated
+  costs.
+- The largest gain of any quantized variant over its own baseline, per task, in each stored grid
   (the figure the default sibling_margin is chosen from).
 - Stress ladders: the simulation's ladders with quantization that re-draws a share of the items
-  (2-30%: the README grid's 1.6-26% flipped) and shifts each task's ability on its own, so that a
+  (2-30%: the README grids' 0.5-28.5% flipped) and shifts each task's ability on its own, so that a
   quantized copy can beat its baseline on a task as the stored grid's did; the rate at which the
   rule skips a variant the grid found eligible, per margin.
 """
@@ -21,10 +22,11 @@ import numpy as np
 
 from selector.search.driver import Shortfall
 
-# The README's "What the default sweep measured": accuracy per task (%), quantization time (s).
+# The README's "What the default sweep measured": accuracy per task (%), quantization time (s), per
+# commit it was measured at (benchmarks/grid_table.py reads a grid's report into this form).
 README_SIZES = {"sentiment": 48, "extraction": 48, "arithmetic": 48, "code": 42}
 README_FLOORS = {"sentiment": 0.80, "extraction": 0.70, "arithmetic": 0.60, "code": 0.50}
-README_GRID = {  # variant: (sentiment, extraction, arithmetic, code, weights GB, quantize s, parameters B)
+GRID_1A9F009 = {  # variant: (sentiment, extraction, arithmetic, code, weights GB, quantize s, parameters B)
     "smollm2-135m/bf16": (91.7, 83.3, 2.1, 21.4, 0.27, 0.0, 0.135),
     "smollm2-135m/int8": (91.7, 79.2, 0.0, 26.2, 0.16, 5.0, 0.135),
     "smollm2-135m/awq-int4": (81.2, 60.4, 4.2, 19.0, 0.27, 81.0, 0.135),
@@ -38,13 +40,29 @@ README_GRID = {  # variant: (sentiment, extraction, arithmetic, code, weights GB
     "qwen2.5-coder-1.5b/awq-int4": (97.9, 97.9, 81.2, 83.3, 3.58, 709.0, 1.78),
     "qwen2.5-coder-1.5b/gptq-int4": (97.9, 97.9, 85.4, 83.3, 1.63, 521.0, 1.78),
 }
+GRID_9C357C1 = {  # a clean clone of 9c357c1 on a quiet 2-core Intel Xeon (benchmarks/results/default_grid.md)
+    "smollm2-135m/bf16": (91.7, 85.4, 2.1, 21.4, 0.27, 0.0, 0.135),
+    "smollm2-135m/int8": (79.2, 81.2, 0.0, 21.4, 0.16, 5.0, 0.135),
+    "smollm2-135m/awq-int4": (83.3, 66.7, 4.2, 11.9, 0.27, 50.0, 0.135),
+    "smollm2-135m/gptq-int4": (75.0, 14.6, 0.0, 7.1, 0.12, 42.0, 0.135),
+    "gemma3-270m/bf16": (85.4, 85.4, 4.2, 9.5, 0.54, 0.0, 0.268),
+    "gemma3-270m/int8": (87.5, 85.4, 4.2, 11.9, 0.44, 5.0, 0.268),
+    "gemma3-270m/awq-int4": (89.6, 43.8, 0.0, 0.0, 0.54, 32.0, 0.268),
+    "gemma3-270m/gptq-int4": (79.2, 70.8, 6.2, 0.0, 0.39, 53.0, 0.268),
+    "qwen2.5-coder-1.5b/bf16": (97.9, 97.9, 85.4, 85.7, 3.55, 0.0, 1.78),
+    "qwen2.5-coder-1.5b/int8": (97.9, 97.9, 83.3, 85.7, 2.25, 5.0, 1.78),
+    "qwen2.5-coder-1.5b/awq-int4": (97.9, 97.9, 83.3, 83.3, 3.58, 560.0, 1.78),
+    "qwen2.5-coder-1.5b/gptq-int4": (95.8, 95.8, 85.4, 88.1, 1.63, 490.0, 1.78),
+}
+STORED_GRIDS = {"1a9f009 (2026-11-30)": GRID_1A9F009, "9c357c1 (2026-12-04)": GRID_9C357C1}
+README_GRID = GRID_9C357C1  # the one the README shows
 MARGINS = (0.05, 0.10, 0.15, 0.20)
 
 
-def readme_counts() -> dict[str, dict[str, int]]:
+def readme_counts(grid: dict[str, tuple] = README_GRID) -> dict[str, dict[str, int]]:  # type: ignore[type-arg]
     """Items right per task, from the table's percentages (n = 48, code 42)."""
     return {name: {t: int(round(row[i] / 100 * n)) for i, (t, n) in enumerate(README_SIZES.items())}
-            for name, row in README_GRID.items()}  # fmt: skip
+            for name, row in grid.items()}  # fmt: skip
 
 
 def largest_gains(counts: dict[str, dict[str, int]]) -> list[dict[str, object]]:
@@ -76,14 +94,14 @@ def baseline_shortfall(stopper, scores: dict[str, np.ndarray], look: int | None,
     return max(misses, key=lambda m: m.gap) if misses else None
 
 
-def readme_sweep(rng: np.random.Generator) -> dict:
-    """The README's stored grid as a sweep: each variant's per-task counts (sibling_rule.readme_counts),
-    one fresh random order per task; costs: loading 10 s + 4 s per GB, the README's measured
-    quantization seconds, one item 0.05 s + 0.25 s per billion parameters."""
+def readme_sweep(rng: np.random.Generator, grid: dict[str, tuple]) -> dict:  # type: ignore[type-arg]
+    """A stored grid as a sweep: each variant's per-task counts (sibling_rule.readme_counts), one
+    fresh random order per task; costs: loading 10 s + 4 s per GB, the grid's measured quantization
+    seconds, one item 0.05 s + 0.25 s per billion parameters."""
     from benchmarks.adaptive_simulation import Variant
-    counts = readme_counts()
+    counts = readme_counts(grid)
     variants = []
-    for name, row in README_GRID.items():
+    for name, row in grid.items():
         model, precision = name.split("/")
         gb, quantize_s, params = row[4], row[5], row[6]
         variants.append(Variant(name, model, params, gb, gb, "bf16" if precision == "bf16" else precision,
@@ -155,9 +173,9 @@ def stress_ladders(sweeps: int) -> dict:
             "gain_share_over": {m: float(np.mean(g > m)) for m in MARGINS}}
 
 
-def readme_grid(draws: int) -> dict:
-    """The README's stored grid, in `draws` random item orders: the rule's skips (by name), against
-    the grid's eligible variants and winner, and what it saves."""
+def readme_grid(draws: int, table: dict[str, tuple]) -> dict:  # type: ignore[type-arg]
+    """A stored grid, in `draws` random item orders: the rule's skips (by name), against the grid's
+    eligible variants and winner, and what it saves."""
     from benchmarks.adaptive_simulation import SEED, grid, judge, search
     rng = np.random.default_rng(SEED + 2)
     tally = {m: dict.fromkeys(SIBLING_KEYS, 0.0) for m in ("off", *MARGINS)}
@@ -166,7 +184,7 @@ def readme_grid(draws: int) -> dict:
     no_fidelity = {k: 0.0 for k in ("smallest first", "smallest first + rule", "baseline first + rule",
                                     "winner differs")}  # fmt: skip
     for _ in range(draws):
-        sweep = readme_sweep(rng)
+        sweep = readme_sweep(rng, table)
         verdict = judge(sweep, "pocock")
         full = grid(sweep, verdict, 1)
         ours = search(sweep, verdict, 1)
@@ -175,12 +193,34 @@ def readme_grid(draws: int) -> dict:
             skipped[name] = skipped.get(name, 0) + 1
         winners[str(ours["best"])] = winners.get(str(ours["best"]), 0) + 1
         tally_siblings(tally, sweep, verdict, full, ours)
-    sweep = readme_sweep(rng)
+    sweep = readme_sweep(rng, table)
     verdict = judge(sweep, "pocock")
     return {"draws": draws, "per_margin": tally, "skipped": skipped, "winners": winners, "no_fidelity": no_fidelity,
             "grid_winner": grid(sweep, verdict, 1)["best"],
             "grid_eligible": [v.name for v, ok in zip(sweep["variants"], verdict["eligible"]) if ok],
-            "largest_gains": largest_gains(readme_counts())[:5]}
+            "largest_gains": largest_gains(readme_counts(table))[:5]}
+
+
+def stored_grid_paragraph(label: str, readme: dict, margin: float) -> list[str]:
+    off, on = readme["per_margin"]["off"], readme["per_margin"][margin]
+    gains = ", ".join(f"{g['variant']} on {g['task']} {100 * g['gain']:+.1f} points ({g['items']:+d} of {g['n']})"
+                      for g in readme["largest_gains"][:3])
+    draws = readme["draws"]
+    return [f"The README's grid of the default sweep as measured at {label}, every variant measured, in "
+            f"{draws:,} random item orders, rule point, floors 80/70/60/50%, alpha 0.05, one worker, "
+            "baseline first. Largest gains of a quantized variant over its own baseline on any task: "
+            f"{gains}. Grid winner {readme['grid_winner']}; eligible in the grid: "
+            f"{', '.join(readme['grid_eligible'])}. "
+            f"Skipped at the default margin (draws out of {draws:,}): "
+            + ", ".join(f"{n} {c}" for n, c in sorted(readme["skipped"].items())) + "; the search's winner: "
+            + ", ".join(f"{n} {c}" for n, c in readme["winners"].items()) + ". Compute per sweep "
+            f"{off['cost'] / draws:.0f} s without the rule, {on['cost'] / draws:.0f} s with it "
+            "(stated costs: loading 10 s + 4 s per GB, the grid's quantization seconds, one item 0.05 s + 0.25 s "
+            "per billion parameters). Fidelity off, compute per sweep: smallest first "
+            f"{readme['no_fidelity']['smallest first'] / draws:.0f} s, smallest first with the rule "
+            f"{readme['no_fidelity']['smallest first + rule'] / draws:.0f} s, baseline first with the rule "
+            f"{readme['no_fidelity']['baseline first + rule'] / draws:.0f} s (winner differs in "
+            f"{readme['no_fidelity']['winner differs']:.0f})."]
 
 
 def siblings_summary(r: dict) -> list[str]:
@@ -198,27 +238,12 @@ def siblings_summary(r: dict) -> list[str]:
                        f"{pct(t['cost'] / t['grid_cost'])} | {t['quantize_s_skipped'] / runs:.0f} s |")
         return out
 
-    readme, stress, nf = r["readme"], r["stress"], r["no_fidelity"]
-    off, on = readme["per_margin"]["off"], readme["per_margin"][r["sibling_margin"]]
-    gains = ", ".join(f"{g['variant']} on {g['task']} {100 * g['gain']:+.1f} points ({g['items']:+d} of {g['n']})"
-                      for g in readme["largest_gains"][:3])
-    lines = ["", "## Siblings of a failing baseline (search.sibling_margin)", "",
-             "The README's stored grid of the default sweep (every variant measured), in "
-             f"{readme['draws']:,} random item orders, rule point, floors 80/70/60/50%, alpha 0.05, one worker, "
-             "baseline first. Largest gains of a quantized variant over its own baseline on any task: "
-             f"{gains}. Grid winner {readme['grid_winner']}; eligible in the grid: "
-             f"{', '.join(readme['grid_eligible'])}.", "",
-             *table(readme["per_margin"], readme["draws"], "sweep"), "",
-             "Skipped at the default margin (draws out of " + f"{readme['draws']:,}): " +
-             ", ".join(f"{n} {c}" for n, c in sorted(readme["skipped"].items())) + "; the search's winner: " +
-             ", ".join(f"{n} {c}" for n, c in readme["winners"].items()) + ". Compute per sweep "
-             f"{off['cost'] / readme['draws']:.0f} s without the rule, {on['cost'] / readme['draws']:.0f} s with it "
-             "(stated costs: loading 10 s + 4 s per GB, the README's quantization seconds, one item 0.05 s + 0.25 s "
-             "per billion parameters). Fidelity off, compute per sweep: smallest first "
-             f"{readme['no_fidelity']['smallest first'] / readme['draws']:.0f} s, smallest first with the rule "
-             f"{readme['no_fidelity']['smallest first + rule'] / readme['draws']:.0f} s, baseline first with the rule "
-             f"{readme['no_fidelity']['baseline first + rule'] / readme['draws']:.0f} s (winner differs in "
-             f"{readme['no_fidelity']['winner differs']:.0f}).", "",
+    stress, nf = r["stress"], r["no_fidelity"]
+    lines = ["", "## Siblings of a failing baseline (search.sibling_margin)"]
+    for label, readme in r["readme"].items():
+        lines += ["", *stored_grid_paragraph(label, readme, r["sibling_margin"]), "",
+                  *table(readme["per_margin"], readme["draws"], "sweep")]
+    lines += ["",
              f"The simulation's randomised ladders ({r['sweeps']:,} sweeps as above, one worker):", "",
              *table(r["per_margin"], r["sweeps"], "sweep"), "",
              f"Ladders where quantization can gain ({stress['sweeps']:,} sweeps: each quantized copy's ability moves "
