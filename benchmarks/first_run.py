@@ -39,7 +39,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--grid-winner", default=GRID_WINNER)
     p.add_argument("--max-load", type=float, default=None, help="wait until the 1-minute load is below this")
     p.add_argument("--wait-s", type=float, default=1800.0)
-    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="where first_run.{json,md} go")
+    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="where <stem>.{json,md} go")
+    p.add_argument("--stem", default="first_run", help="the results' file name (another for another sweep: "
+                   "--stem default_grid_run search=grid)")
     p.add_argument("--markdown-only", action="store_true", help="rewrite first_run.md from first_run.json")
     p.add_argument("overrides", nargs="*", help="selector overrides for both runs (none for the README's run)")
     return p.parse_args(argv)
@@ -87,15 +89,16 @@ def stage_totals(run: dict[str, Any]) -> list[tuple[str, float]]:
 
 def markdown(data: dict[str, Any]) -> str:
     m = data["machine"]
-    lines = ["# The default sweep, cold and warm", "",
+    default = data["command"] == "python -m selector"  # the targets are the default sweep's
+    lines = [f"# {'The default sweep' if default else data['command']}, cold and warm", "",
              f"- machine: {m.get('cpu', '')}, {m.get('cores', '')} cores; quiet check: {m.get('quiet_check', 'not asked')}",
              f"- command: `{data['command']}` (the cache: a folder of its own, empty before the cold run)",
              f"- the grid's winner (README's stored grid): {data['grid_winner']}", "",
              "| run | wall | target | winner | same as the grid | load average start / end | others' busy cores |",
              "|---|---|---|---|---|---|---|"]
     for run in data["runs"]:
-        target = data["targets_min"].get(run["label"])
-        lines.append(f"| {run['label']} | {run['wall_s'] / 60:.1f} min | <= {target} min | {run['winner']} | "
+        target = f"<= {data['targets_min'].get(run['label'])} min" if default else "(none)"
+        lines.append(f"| {run['label']} | {run['wall_s'] / 60:.1f} min | {target} | {run['winner']} | "
                      f"{'yes' if run['winner'] == data['grid_winner'] else 'NO'} | {run['load_start'][0]:.2f} / "
                      f"{run['load_end'][0]:.2f} | {run['others_busy_cores']:.2f} |")
     for run in data["runs"]:
@@ -117,8 +120,8 @@ def markdown(data: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.markdown_only:
-        data = json.loads((args.out_dir / "first_run.json").read_text())
-        (args.out_dir / "first_run.md").write_text(markdown(data), encoding="utf-8")
+        data = json.loads((args.out_dir / f"{args.stem}.json").read_text())
+        (args.out_dir / f"{args.stem}.md").write_text(markdown(data), encoding="utf-8")
         return 0
     machine = machine_when_quiet(2, args.max_load, args.wait_s)
     cache = args.cache or Path(tempfile.mkdtemp(prefix="selector-cold-cache-"))
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{label}: {runs[-1]['wall_s'] / 60:.1f} min, winner {runs[-1]['winner']} (output in {outputs / label})")
     data = {"machine": machine, "command": " ".join(["python -m selector", *args.overrides]),
             "grid_winner": args.grid_winner, "targets_min": {"cold": 25, "warm": 12}, "runs": runs}
-    json_path, md_path = write_results("first_run", data, markdown(data), args.out_dir, str(cache))
+    json_path, md_path = write_results(args.stem, data, markdown(data), args.out_dir, str(cache))
     say(f"wrote {json_path} and {md_path}")
     return 0
 

@@ -2,8 +2,8 @@
 model at its baseline precision, its weights and how long quantizing took, read off a finished
 sweep's report, with the sweep's wall time and waves.
 
-    python -m benchmarks.first_run --runs cold --keep DIR search=grid   # the grid, on an empty cache
-    python -m benchmarks.grid_table DIR/cold                            # its table
+    python -m benchmarks.first_run --runs cold --keep DIR --stem default_grid_run search=grid  # the grid, cold
+    python -m benchmarks.grid_table DIR/cold --first-run-json benchmarks/results/default_grid_run.json
 
 Writes benchmarks/results/default_grid.{json,md} (`--stem` for another name).
 """
