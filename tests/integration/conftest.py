@@ -13,6 +13,17 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_llama(tmp_path_factory.mktemp("tiny-model"))
 
 
+@pytest.fixture(scope="session")
+def shared_model_cache() -> Path:
+    """The model cache selector itself uses here (`$SELECTOR_CACHE`, else ~/.cache/selector), shared
+    by the tests that need an offline model: each model is converted once per suite, by whichever
+    test of whichever worker asks first, under the cache's per-model lock; the others wait and reuse
+    it. (tests/integration/test_models_offline.py converts SmolLM2 into a fresh folder every time.)"""
+    from selector.models.cache import default_cache_dir
+
+    return default_cache_dir()
+
+
 @pytest.fixture
 def tiny_setup(tmp_path: Path, tiny_model_dir: Path) -> dict[str, Path]:
     """A user's config folder with model=tiny, and fresh output and cache folders."""

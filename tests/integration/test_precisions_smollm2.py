@@ -2,14 +2,14 @@
 default calibration budget: each must stay close to the bf16 baseline in what matters, its
 next-token choices on the eval set's own prompts and its accuracy on a task it can do (sentiment).
 
-Slow: converting the model takes ~30 s, GPTQ ~1.5 min and AWQ ~4 min on 2 cores. Set
-SELECTOR_TEST_CACHE to a folder to keep the converted model and the artifacts between runs.
-Skipped when the package index cannot be reached.
+Slow: GPTQ and AWQ take ~2 min each on one core of a busy machine. The model and the quantized artifacts go into
+the cache the suite shares (`$SELECTOR_CACHE`, else ~/.cache/selector): the model is converted once
+for every test that sweeps it, and a warm cache keeps the artifacts between runs (a clean machine,
+as in CI, quantizes them here). Skipped when the package index cannot be reached.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -31,9 +31,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def smol(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def smol(shared_model_cache: Path):  # type: ignore[no-untyped-def]
     model = shipped_config("model", "smollm2-135m", ModelConfig)
-    cache = Path(os.environ.get("SELECTOR_TEST_CACHE") or tmp_path_factory.mktemp("smollm2-cache"))
+    cache = shared_model_cache
     ok, why = models.check_available(model, cache_dir=cache)
     if not ok:
         pytest.skip(f"smollm2-135m: {why}")

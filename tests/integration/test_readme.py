@@ -45,11 +45,10 @@ def test_the_readme_has_the_sections_this_test_runs() -> None:
 
 
 @pytest.fixture(scope="module")
-def shim(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Path]:
+def shim(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, shared_model_cache: Path) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("readme")
     write_model_config(base / "conf", "tiny", tiny_model_dir)
-    cache = Path(os.environ.get("SELECTOR_CACHE", Path.home() / ".cache" / "selector"))
-    extra = [f"hydra.searchpath=[file://{base / 'conf'}]", f"output_dir={base / 'out'}", f"cache_dir={cache}",
+    extra = [f"hydra.searchpath=[file://{base / 'conf'}]", f"output_dir={base / 'out'}", f"cache_dir={shared_model_cache}",
              "hydra.sweeper.params.model=tiny", "evalset.limit=2", "measure=quick"]
     venv = base / "venv"
     (venv / "bin").mkdir(parents=True)

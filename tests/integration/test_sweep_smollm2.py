@@ -4,22 +4,20 @@ through bf16 and bitsandbytes int8: the sweep the README's quick start runs, mad
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import mlflow_runs, run_selector
+from tests.sweep_helpers import mlflow_runs, run_in_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.quant("bitsandbytes")]
 
 
-def test_smollm2_bf16_and_int8(tmp_path: Path) -> None:
-    cache = Path(os.environ.get("SELECTOR_CACHE", Path.home() / ".cache" / "selector"))
-    setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": cache}
+def test_smollm2_bf16_and_int8(tmp_path: Path, shared_model_cache: Path) -> None:
+    setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": shared_model_cache}
     (tmp_path / "conf").mkdir()
-    result = run_selector(setup, "model=smollm2-135m", "precision=bf16,int8", "measure=quick", "search=grid",
-                          "evalset.limit=8", "evalset.tasks=[sentiment,extraction,arithmetic]", timeout=1800)
+    result = run_in_process(setup, "model=smollm2-135m", "precision=bf16,int8", "measure=quick", "search=grid",
+                          "evalset.limit=8", "evalset.tasks=[sentiment,extraction,arithmetic]")
     assert result.returncode == 0, result.stderr[-4000:]
     parents, children = mlflow_runs(setup["out"])
     runs = {c.info.run_name: c.data for c in children}
