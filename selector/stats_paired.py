@@ -23,7 +23,6 @@ from functools import lru_cache
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import gammaln, xlogy
-from scipy.stats import norm, wilcoxon
 
 from selector.stats import mcnemar_exact
 
@@ -90,6 +89,8 @@ def tango_interval(gained: int, lost: int, n: int, confidence: float = 0.95) -> 
         raise ValueError(f"need 0 <= gained + lost <= n, got {gained}, {lost}, {n}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    from scipy.stats import norm  # where it is used, as in selector/stats.py
+
     z = float(norm.ppf(0.5 + confidence / 2))
     observed = (gained - lost) / n
     edge = 1.0 - 1e-12
@@ -154,6 +155,8 @@ def paired_fractional(d: np.ndarray, confidence: float) -> tuple[float, float, f
     y = (np.asarray(d, dtype=float) + 1) / 2
     low = 2 * betting_lower(y, alpha) - 1
     high = 1 - 2 * betting_lower(1 - y, alpha)
+    from scipy.stats import wilcoxon
+
     nonzero = d[d != 0]
     p = float(wilcoxon(nonzero).pvalue) if nonzero.size else 1.0
     return max(-1.0, low), min(1.0, high), p

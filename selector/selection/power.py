@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 from scipy.special import gammaln, xlogy
-from scipy.stats import binom, norm
 
 from selector.stats import mean_interval
 
@@ -60,6 +59,8 @@ def pass_chance(rule: str, truth: float, floor: float, n: int, confidence: float
                 ci_method: str = "exact") -> float:
     """P(a variant truly at `truth` passes `floor` under the rule), 0/1 scores, n items. For a
     ceiling (lower is better) pass 1 - truth and 1 - floor: every interval here is symmetric."""
+    from scipy.stats import binom  # where it is used, as in selector/stats.py
+
     k = least_passing(rule, round(floor, 12), n, confidence, ci_method)
     return 0.0 if k is None else float(binom.sf(k - 1, n, min(max(truth, 0.0), 1.0)))
 
@@ -69,6 +70,7 @@ def truth_to_pass(rule: str, floor: float, n: int, confidence: float = 0.95, ci_
     """The true accuracy a variant needs to pass `floor` with probability `power`; None when no
     count of n passes (the rule cannot be met at this size)."""
     from scipy.optimize import brentq
+    from scipy.stats import binom
 
     k = least_passing(rule, round(floor, 12), n, confidence, ci_method)
     if k is None:
@@ -87,6 +89,8 @@ def ni_power(margin: float, n: int, confidence: float, discordance: float) -> fl
     reference, `discordance` of the items flipping (half each way): exact over every table for
     n <= EXACT_MAX_N (Tango's lower end >= -margin and the exact test's p <= alpha / 2, as
     selection.checks.non_inferiority_check), else the normal approximation."""
+    from scipy.stats import norm
+
     from selector.stats_paired import exact_p_table, tango_scores
 
     alpha = (1 - confidence) / 2
