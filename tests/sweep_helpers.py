@@ -1,10 +1,13 @@
 """Running the product the way a user does (`python -m selector ...`) and reading its MLflow store.
 
-`run_selector` starts the command line as a process of its own. Input that must stop before anything
-loads runs through `run_in_process`: the command line's own entry (selector.cli.main) in the test's
-process, with its exit code, stdout and stderr caught as a process would give them, without the
-seconds a new Python spends importing torch and MLflow. tests/integration/test_sweep_tiny.py keeps
-a real process for the exit code and the absence of a traceback.
+`run_in_process` runs the command line's own entry (selector.cli.main) in the test's process, with its
+exit code, stdout and stderr caught as a process would give them, without the seconds a new Python
+spends importing Hydra, MLflow and the report: input that must stop before anything loads, and the
+sweeps whose variants are what the test is about (each variant still runs in a worker process of its
+own, as in a user's sweep). `run_selector` starts the command line as a process of its own, for
+what only a process shows: signals and resuming after a kill, sweeps running beside each other, an
+environment read when a library is imported, the exit code and the absence of a traceback
+(tests/integration/test_sweep_tiny.py), vLLM servers and a tracking server.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from selector.engines.hf import HFEngine
 from selector.errors import ConfigError
 from selector.measure.latency import measure_latency, measure_throughput
 from tests.factories import inprocess
-from tests.sweep_helpers import run_selector
+from tests.sweep_helpers import run_in_process
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -108,7 +108,7 @@ def test_sweep_records_compile_time_apart_and_a_failing_compile_fails_only_its_v
         tiny_setup: dict[str, Path], tmp_path: Path) -> None:
     # search=grid: this tests compiling, not the search (which would stop a variant that fails a floor).
     quick = ("measure=quick", "measure.fidelity=false", "evalset.tasks=[arithmetic]", "evalset.limit=2", "search=grid")
-    done = run_selector(tiny_setup, "model=tiny", "precision=fp32", "engine.compile=on", *quick)
+    done = run_in_process(tiny_setup, "model=tiny", "precision=fp32", "engine.compile=on", *quick)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     (path,) = tiny_setup["out"].glob("sweeps/*/tiny/fp32/record.json")
     record = json.loads(path.read_text())
@@ -127,7 +127,7 @@ def test_sweep_records_compile_time_apart_and_a_failing_compile_fails_only_its_v
     # No working C++ compiler: inductor cannot build its kernels. Both variants fail with that
     # cause, the second still runs after the first failed, and the sweep itself ends normally.
     env = {"CXX": "/bin/false", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty-inductor-cache")}
-    failed = run_selector(tiny_setup, "model=tiny", "precision=fp32,bf16", "engine.compile=on", "force=true",
+    failed = run_in_process(tiny_setup, "model=tiny", "precision=fp32,bf16", "engine.compile=on", "force=true",
                           "tracker=none", *quick, env=env)
     assert failed.returncode == 0, failed.stderr[-5000:]
     for precision in ("fp32", "bf16"):

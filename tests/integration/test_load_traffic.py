@@ -137,9 +137,9 @@ CAPACITY_SWEEP = ("model=tiny", "precision=fp32,bf16", "search=grid", "measure=q
 
 @pytest.mark.slow
 def test_a_sweep_finds_capacity_and_recommends_the_cheapest_at_the_traffic(tiny_setup: dict[str, Path]) -> None:
-    from tests.sweep_helpers import run_selector
+    from tests.sweep_helpers import run_in_process
 
-    result = run_selector(tiny_setup, *CAPACITY_SWEEP, timeout=1200)
+    result = run_in_process(tiny_setup, *CAPACITY_SWEEP)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     records = [json.loads(p.read_text()) for p in tiny_setup["out"].glob("sweeps/*/tiny/*/record.json")]
     assert sorted(r["variant"]["precision"] for r in records) == ["bf16", "fp32"]

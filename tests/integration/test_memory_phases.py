@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import run_selector
+from tests.sweep_helpers import run_in_process
 from tests.tiny import CORPUS, build_tiny_llama, evalset_corpus, write_model_config
 
 pytestmark = pytest.mark.quant("bitsandbytes")
@@ -38,7 +38,7 @@ def _records(out: Path) -> dict[str, dict]:  # type: ignore[type-arg]
 def test_serving_peak_leaves_out_the_baseline_that_ran_after_it(tmp_path: Path, wide_model: Path) -> None:
     setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": tmp_path / "cache"}
     write_model_config(setup["conf"], "wide", wide_model)
-    result = run_selector(setup, "model=wide", "precision=int8,bf16", "search=grid", "measure=quick",
+    result = run_in_process(setup, "model=wide", "precision=int8,bf16", "search=grid", "measure=quick",
                           *ONE_TASK, "policy.max_memory_gb=100")
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(setup["out"])
@@ -58,7 +58,7 @@ def test_serving_peak_leaves_out_the_baseline_that_ran_after_it(tmp_path: Path, 
     # The same variant again with the reference already cached (a new output folder, the same cache):
     # nothing to prepare, and the same serving peak. Had the baseline been loaded in its process the
     # first time, that peak would hold the bf16 weights too (300 MB here, more in its transient); two runs of one variant differ by tens of MB (threads, allocator arenas).
-    again = run_selector({**setup, "out": tmp_path / "again"}, "model=wide", "precision=int8", "measure=quick",
+    again = run_in_process({**setup, "out": tmp_path / "again"}, "model=wide", "precision=int8", "measure=quick",
                          *ONE_TASK)
     assert again.returncode == 0, again.stderr[-3000:]
     second = _records(tmp_path / "again")["wide/int8"]
@@ -77,7 +77,7 @@ def test_adaptive_search_loads_the_baseline_once(tmp_path: Path, wide_model: Pat
     in its preparation, and no evidence wave loading bf16 again after the search."""
     setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": tmp_path / "cache"}
     write_model_config(setup["conf"], "wide", wide_model)
-    result = run_selector(setup, "model=wide", "precision=bf16,int8", "measure=quick", *ONE_TASK)
+    result = run_in_process(setup, "model=wide", "precision=bf16,int8", "measure=quick", *ONE_TASK)
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(setup["out"])
     int8, bf16 = records["wide/int8"], records["wide/bf16"]

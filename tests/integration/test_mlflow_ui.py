@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.scripted import ENGINE, write_scripted_engine
-from tests.sweep_helpers import QUICK, mlflow_runs, run_selector
+from tests.sweep_helpers import QUICK, mlflow_runs, run_in_process
 from tests.tiny import write_model_config
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -44,7 +44,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dic
     write_model_config(base / "conf", "tiny", tiny_model_dir)
     write_scripted_engine(base / "conf")  # what MLflow shows is under test, not a model
     setup: dict[str, Any] = {"base": base, "conf": base / "conf", "out": base / "out", "cache": base / "cache"}
-    result = run_selector(setup, "model=tiny", f"engine={ENGINE}", "precision=fp32,bf16", *QUICK)
+    result = run_in_process(setup, "model=tiny", f"engine={ENGINE}", "precision=fp32,bf16", *QUICK)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     [report] = (setup["out"] / "sweeps").glob("*/report/report.html")
     assert 'id="examples"' in report.read_text()  # the end of the sweep passed the samples to the report

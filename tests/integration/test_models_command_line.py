@@ -114,7 +114,7 @@ def test_a_sweep_over_two_folders_and_one_over_a_gguf_file(tiny_setup: dict[str,
     small, other = tiny_setup["base"] / "models" / "small-llama", tiny_setup["base"] / "elsewhere" / "other-llama"
     shutil.copytree(tiny_model_dir, small)
     shutil.copytree(tiny_model_dir, other)
-    result = run_selector(tiny_setup, "model=path", f"model.path={small},{other}", "precision=fp32", *QUICK)
+    result = run_in_process(tiny_setup, "model=path", f"model.path={small},{other}", "precision=fp32", *QUICK)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     parents, children = mlflow_runs(tiny_setup["out"])
     assert len(parents) == 1
@@ -127,7 +127,7 @@ def test_a_sweep_over_two_folders_and_one_over_a_gguf_file(tiny_setup: dict[str,
     assert (sources["other-llama"]["kind"], sources["other-llama"]["path"]) == ("local", str(other))
     assert by_name["small-llama"]["key"] != by_name["other-llama"]["key"]  # same weights, two models: no reuse
 
-    result = run_selector(tiny_setup, "model=gguf", f"model.path={tiny_gguf}", "precision=fp32", *QUICK)
+    result = run_in_process(tiny_setup, "model=gguf", f"model.path={tiny_gguf}", "precision=fp32", *QUICK)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     parents, children = mlflow_runs(tiny_setup["out"])
     assert len(parents) == 2

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.sweep_helpers import QUICK, mlflow_runs, run_selector
+from tests.sweep_helpers import QUICK, mlflow_runs, run_in_process
 
 
 def test_a_sweep_records_and_shows_the_kernel(tiny_setup: dict[str, Path]) -> None:
-    result = run_selector(tiny_setup, "model=tiny", "precision=bf16,awq-int4", *QUICK,
+    result = run_in_process(tiny_setup, "model=tiny", "precision=bf16,awq-int4", *QUICK,
                           "calibration.num_samples=4", "calibration.seq_len=64")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     parents, children = mlflow_runs(tiny_setup["out"])

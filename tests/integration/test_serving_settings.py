@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.sweep_helpers import ROOT, mlflow_runs, run_selector
+from tests.sweep_helpers import ROOT, mlflow_runs, run_in_process
 from tests.tiny import write_model_config
 
 SWEEP = ("model=tiny", "precision=bf16", "measure=load-quick", "search=grid", "evalset.limit=2",
@@ -27,10 +27,10 @@ def sweeps(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> di
     base = tmp_path_factory.mktemp("settings")
     write_model_config(base / "conf", "tiny", tiny_model_dir)
     setup = {"base": base, "conf": base / "conf", "out": base / "out", "cache": base / "cache"}
-    first = run_selector(setup, *SWEEP, "measure.load.max_queue_delay_ms=0")
+    first = run_in_process(setup, *SWEEP, "measure.load.max_queue_delay_ms=0")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-5000:]
     (a,) = sorted((setup["out"] / "sweeps").iterdir())
-    second = run_selector(setup, *SWEEP, "measure.load.max_queue_delay_ms=60", f"compare_to={a}")
+    second = run_in_process(setup, *SWEEP, "measure.load.max_queue_delay_ms=60", f"compare_to={a}")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-5000:]
     b = next(p for p in sorted((setup["out"] / "sweeps").iterdir()) if p != a)
     return {"setup": setup, "a": a, "b": b, "first": first, "second": second}
@@ -149,7 +149,7 @@ def test_compare_takes_mlflow_parent_runs_too(sweeps: dict[str, Any]) -> None:
 
 
 def test_a_knob_the_engine_lacks_stops_before_anything_loads(tiny_setup: dict[str, Path]) -> None:
-    result = run_selector(tiny_setup, "model=tiny", "precision=bf16", "engine=openai",
+    result = run_in_process(tiny_setup, "model=tiny", "precision=bf16", "engine=openai",
                           "engine.base_url=http://127.0.0.1:9/v1", "measure=load-quick",
                           "measure.load.max_queue_delay_ms=20")
     assert result.returncode == 2 and "Traceback" not in result.stderr
