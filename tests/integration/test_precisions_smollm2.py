@@ -2,10 +2,10 @@
 default calibration budget: each must stay close to the bf16 baseline in what matters, its
 next-token choices on the eval set's own prompts and its accuracy on a task it can do (sentiment).
 
-Slow: GPTQ and AWQ take ~2 min each on one core of a busy machine. The model and the quantized artifacts go into
-the cache the suite shares (`$SELECTOR_CACHE`, else ~/.cache/selector): the model is converted once
-for every test that sweeps it, and a warm cache keeps the artifacts between runs (a clean machine,
-as in CI, quantizes them here). Skipped when the package index cannot be reached.
+Slow: GPTQ and AWQ take ~2 min each on one core of a busy machine. The model and the quantized
+artifacts go into the cache the suite shares (`$SELECTOR_CACHE`, else ~/.cache/selector): the model
+is converted once for every test that sweeps it, and a warm cache keeps the artifacts between runs
+(a clean machine, as in CI, quantizes them here). Skipped when the package index cannot be reached.
 """
 
 from __future__ import annotations
