@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Test files spread over this many processes (pytest-xdist; a file's tests stay in one process, so
 # its module fixtures are built once; tests/conftest.py hands out the heaviest files first). Most
 # tests wait on a subprocess or run single-threaded: on 2 cores, two workers left the cores about
-# 20% idle (22.4 min of tests); three keep them ~98% busy (14.3 min on a clean clone of an Intel Xeon
+# 20% idle (22.4 min of tests); three keep them ~98% busy (14.3 min on clean clones of an Intel Xeon
 # machine, about 23 on the slower AMD EPYC ones before the last savings; README: Tests). Four took
 # 4% less time once, but every test ran slower under the contention and a timing race surfaced:
 # three stay.
