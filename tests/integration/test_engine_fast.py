@@ -128,7 +128,7 @@ def test_sweep_records_compile_time_apart_and_a_failing_compile_fails_only_its_v
     # cause, the second still runs after the first failed, and the sweep itself ends normally.
     env = {"CXX": "/bin/false", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty-inductor-cache")}
     failed = run_in_process(tiny_setup, "model=tiny", "precision=fp32,bf16", "engine.compile=on", "force=true",
-                          "tracker=none", *quick, env=env)
+                            "tracker=none", *quick, env=env)
     assert failed.returncode == 0, failed.stderr[-5000:]
     for precision in ("fp32", "bf16"):
         paths = sorted(tiny_setup["out"].glob(f"sweeps/*/tiny/{precision}/record.json"), key=os.path.getmtime)

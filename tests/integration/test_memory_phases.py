@@ -39,7 +39,7 @@ def test_serving_peak_leaves_out_the_baseline_that_ran_after_it(tmp_path: Path, 
     setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": tmp_path / "cache"}
     write_model_config(setup["conf"], "wide", wide_model)
     result = run_in_process(setup, "model=wide", "precision=int8,bf16", "search=grid", "measure=quick",
-                          *ONE_TASK, "policy.max_memory_gb=100")
+                            *ONE_TASK, "policy.max_memory_gb=100")
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(setup["out"])
     int8, bf16 = records["wide/int8"], records["wide/bf16"]
@@ -59,7 +59,7 @@ def test_serving_peak_leaves_out_the_baseline_that_ran_after_it(tmp_path: Path, 
     # nothing to prepare, and the same serving peak. Had the baseline been loaded in its process the
     # first time, that peak would hold the bf16 weights too (300 MB here, more in its transient); two runs of one variant differ by tens of MB (threads, allocator arenas).
     again = run_in_process({**setup, "out": tmp_path / "again"}, "model=wide", "precision=int8", "measure=quick",
-                         *ONE_TASK)
+                           *ONE_TASK)
     assert again.returncode == 0, again.stderr[-3000:]
     second = _records(tmp_path / "again")["wide/int8"]
     assert second["memory"]["prepare"] is None and "prepared" not in second["config"]

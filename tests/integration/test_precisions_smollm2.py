@@ -32,8 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def smol(shared_model_cache: Path):  # type: ignore[no-untyped-def]
-    model = shipped_config("model", "smollm2-135m", ModelConfig)
-    cache = shared_model_cache
+    model, cache = shipped_config("model", "smollm2-135m", ModelConfig), shared_model_cache
     ok, why = models.check_available(model, cache_dir=cache)
     if not ok:
         pytest.skip(f"smollm2-135m: {why}")

@@ -11,7 +11,7 @@ from tests.sweep_helpers import QUICK, mlflow_runs, run_in_process
 
 def test_a_sweep_records_and_shows_the_kernel(tiny_setup: dict[str, Path]) -> None:
     result = run_in_process(tiny_setup, "model=tiny", "precision=bf16,awq-int4", *QUICK,
-                          "calibration.num_samples=4", "calibration.seq_len=64")
+                            "calibration.num_samples=4", "calibration.seq_len=64")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     parents, children = mlflow_runs(tiny_setup["out"])
     params = {c.data.params["precision"]: c.data.params for c in children}

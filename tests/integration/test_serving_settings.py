@@ -150,8 +150,8 @@ def test_compare_takes_mlflow_parent_runs_too(sweeps: dict[str, Any]) -> None:
 
 def test_a_knob_the_engine_lacks_stops_before_anything_loads(tiny_setup: dict[str, Path]) -> None:
     result = run_in_process(tiny_setup, "model=tiny", "precision=bf16", "engine=openai",
-                          "engine.base_url=http://127.0.0.1:9/v1", "measure=load-quick",
-                          "measure.load.max_queue_delay_ms=20")
+                            "engine.base_url=http://127.0.0.1:9/v1", "measure=load-quick",
+                            "measure.load.max_queue_delay_ms=20")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("error: ")]
     assert "field 'measure.load.max_queue_delay_ms'" in line and "an attached server (engine.base_url)" in line

@@ -17,7 +17,7 @@ def test_smollm2_bf16_and_int8(tmp_path: Path, shared_model_cache: Path) -> None
     setup = {"conf": tmp_path / "conf", "out": tmp_path / "out", "cache": shared_model_cache}
     (tmp_path / "conf").mkdir()
     result = run_in_process(setup, "model=smollm2-135m", "precision=bf16,int8", "measure=quick", "search=grid",
-                          "evalset.limit=8", "evalset.tasks=[sentiment,extraction,arithmetic]")
+                            "evalset.limit=8", "evalset.tasks=[sentiment,extraction,arithmetic]")
     assert result.returncode == 0, result.stderr[-4000:]
     parents, children = mlflow_runs(setup["out"])
     runs = {c.info.run_name: c.data for c in children}
