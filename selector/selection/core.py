@@ -78,7 +78,8 @@ def _power(evidence: dict[str, Evidence], winner: str | None, policy: PolicyConf
                 sizes[task] = (result.n, is_binary(result), result.higher_is_better)
         if ev.name == winner:
             break
-    flips = {task: round((d.flips_to_wrong + d.flips_to_right) / d.n, 2)
+    # the share itself, not rounded: 1 flip in 300 rounded to 0.00 read as identical answers (issue 50)
+    flips = {task: (d.flips_to_wrong + d.flips_to_right) / d.n
              for task, d in (evidence[winner].paired.items() if winner else []) if d.method == "tango" and d.n}
     return power.rows(policy, sizes, flips)
 
