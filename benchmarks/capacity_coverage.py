@@ -1,78 +1,275 @@
-"""The capacity interval's coverage, checked by simulation against a queue whose capacity is known.
+"""The capacity interval's coverage, checked by simulation against a server's steady-state capacity.
 
-    python -m benchmarks.capacity_coverage [--trials 400] [--truth-runs 4000] [--repeats 2 3 4 5 6 8]
+    python -m benchmarks.capacity_coverage [--trials 200] [--repeats 5] [--stem capacity_coverage]
+        [--truths-from benchmarks/results/capacity_coverage_before.json]
 
-A simulated server, first come first served, one request at a time, service times drawn per run
-(lognormal around `service_s`; cv 0 is a fixed time). Every probe is what the capacity search sees
-from a real server: one run of n requests (requests_per_step) at a Poisson rate (arrivals from the
-run's seed, as the load driver draws them) or at a concurrency (closed loop), its requests' e2e,
-ended early by the same over-saturation rule. The search under test is selector's own
-(selector.measure.capacity.search_capacity), unchanged; only the probe is simulated.
+The search under test is selector's own (selector.measure.capacity.search_capacity, its judge and
+its over-saturation rule), unchanged; only the server is simulated. Every probe is what the load
+driver sends a real server (selector.measure.traffic.capacity): its length comes from the capacity
+module as it stands (`probe_plan`: selector.measure.steady.ProbeLength where it exists, else a burst
+of requests_per_step requests), a rate probe is that many Poisson arrivals (the driver's own,
+seed base_seed + run), a concurrency probe a closed loop that stops sending when the driver would,
+and an open-loop probe is cut off where the driver's over-saturation rule would cut it.
 
-The known capacity: each run (a seed) has its own crossing of the SLO, found exactly by bisecting
-that run's probe over the rate (30 halvings of a 50 000-fold range) or stepping the concurrency;
-the queue's capacity is the geometric mean of the crossings of `--truth-runs` runs, what the
-search's interval is for. Per number of runs (capacity_repeats; and 5 runs at the former tolerance
-0.1), over `--trials` searches with fresh seeds: how often the interval held the known capacity,
-its median width (high / low), and the probes it spent. Then the over-saturation rule alone: how
-often it ends a probe at rates around the service rate, wrongly or not, and the time it saves.
-Results: benchmarks/results/capacity_coverage.{json,md}.
+The truth is the server's steady-state capacity, defined without the search:
+- M/M/1 (exponential service, rate mu): the sojourn time is exponential with rate mu - lambda, so
+  the q-quantile meets the limit L up to lambda* = mu - ln(1 / (1 - q)) / L (q = 0.95: ln 20 / L);
+- a FIFO server with fixed (M/D/1) or lognormal (M/G/1) service times: per rate, a run of
+  `--truth-requests` requests (Lindley's recursion, vectorised), its p95 over all but the first 10%
+  (warm-up), bisected over the rate to the limit; the same random numbers at every rate (gaps
+  scaled by 1 / rate), so the p95 rises with the rate and the bisection is exact for that run;
+- a batch server (up to B requests a batch, a batch of k taking base * (1 + growth * (k - 1)); the
+  server starts a batch as soon as it is free and a request waits, taking everything waiting, up
+  to B: static batching, not continuous): the same, by a discrete-event run;
+- a closed loop (concurrency c, zero think time, one FIFO server): a run of `--truth-requests`
+  requests per concurrency, and the search's own `crossing` of the margins log(p95 / limit) over
+  c = 1, 2, ... (interpolated in (log c, margin) between the last level within and the first over).
+Each truth is the mean over `--truth-seeds` independent runs (their standard error is reported).
+The service rate (the most requests per second the server completes) is 1 / mean service time,
+and B / batch_time(B) for the batch server: no rate above it is sustainable.
+
+Per scenario, over `--trials` searches with fresh seeds: how often the interval held the truth, how
+often its lower bound was above it (the side that over-promises; a 95% two-sided interval should
+do so in at most 2.5%), the median log(estimate / truth), the share of estimates and of lower
+bounds above the service rate, the probes spent, and the simulated seconds of load a search sends
+(the sum of its probes' spans: its time on a real server). Then the over-saturation rule alone.
+Results: benchmarks/results/<stem>.{json,md}; truths are kept in the JSON so a rerun can take
+them back (`--truths-from`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
+import hashlib
+import json
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
+import selector.measure.capacity as capacity_module
 from selector.config import LoadConfig
 from selector.engines.trace import RequestTrace
-from selector.measure.capacity import ProbeAt, percentile_limits, requests_per_step, search_capacity
+from selector.measure.capacity import (Axis, ProbeAt, crossing, judge, percentile_limits, requests_per_step,
+                                       search_capacity)
 from selector.measure.load_driver import LevelOutcome, poisson_arrivals, summarize_level
 from selector.measure.saturation import SaturationWatch, first_saturation
 
+try:  # steady-state probes (a probe's length and its judged part); absent: burst probes
+    from selector.measure.steady import ProbeLength
+except ImportError:  # the capacity module from before steady-state probes
+    ProbeLength = None  # type: ignore[assignment,misc]
+
 TOKENS = 16  # output tokens a simulated request reports
+WARMUP_SHARE = 0.1  # of a truth run, left out as warm-up
+
+
+# ---- servers ----------------------------------------------------------------------------------
+def lindley_waits(services: np.ndarray, gaps: np.ndarray) -> np.ndarray:
+    """Waiting times in a FIFO single-server queue (Lindley: W_0 = 0, W_n = max(0, W_{n-1} +
+    S_{n-1} - gap_n), gap_n = A_n - A_{n-1}), vectorised: W_n = X_n - min_{k<=n} X_k with X the
+    cumulative sum of S_{n-1} - gap_n and X_0 = 0. gaps[0] is not used."""
+    x = np.zeros(len(services))
+    if len(services) > 1:
+        np.cumsum(services[:-1] - gaps[1:], out=x[1:])
+    return x - np.minimum.accumulate(x)
+
+
+def fifo_ends(sent: np.ndarray, services: np.ndarray) -> np.ndarray:
+    """Finish times of requests sent at `sent` (non-decreasing) to one FIFO server."""
+    if len(sent) == 0:
+        return np.asarray(sent, dtype=float)
+    return sent + lindley_waits(services, np.diff(sent, prepend=sent[0])) + services
+
+
+class Server(Protocol):
+    @property
+    def service_rate(self) -> float: ...
+    @property
+    def single_s(self) -> float: ...
+    def describe(self) -> str: ...
+    def unit_gaps(self, n: int, seed: int) -> np.ndarray: ...
+    def ends(self, sent: np.ndarray, seed: int) -> np.ndarray: ...
+    def closed_loop_ends(self, concurrency: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _unit_gaps(n: int, seed: int) -> np.ndarray:
+    """What poisson_arrivals(n, rate, seed) draws, at rate 1: its gaps are these over the rate."""
+    return np.concatenate([[0.0], np.random.default_rng(seed).exponential(1.0, size=n - 1)])
 
 
 @dataclass(frozen=True)
 class Queue:
-    """One server, FIFO, service times lognormal with mean service_s and coefficient of variation cv."""
+    """One server, FIFO, one request at a time; service times with mean service_s: lognormal with
+    coefficient of variation cv (cv 0: a fixed time), or exponential (dist="exponential")."""
 
     service_s: float = 0.1
     cv: float = 0.0
+    dist: str = "lognormal"
+
+    @property
+    def service_rate(self) -> float:
+        return 1.0 / self.service_s
+
+    @property
+    def single_s(self) -> float:
+        return self.service_s
+
+    def describe(self) -> str:
+        if self.dist == "exponential":
+            return f"M/M/1, exponential service, mean {self.service_s * 1e3:g} ms"
+        if self.cv == 0:
+            return f"M/D/1, fixed {self.service_s * 1e3:g} ms service"
+        return f"M/G/1, lognormal service, mean {self.service_s * 1e3:g} ms, cv {self.cv:g}"
 
     def services(self, n: int, seed: int) -> np.ndarray:
+        if self.dist == "exponential":
+            return np.random.default_rng([seed, 7]).exponential(self.service_s, size=n)
         if self.cv == 0:
             return np.full(n, self.service_s)
         sigma = math.sqrt(math.log(1 + self.cv**2))
         rng = np.random.default_rng([seed, 7])
         return rng.lognormal(math.log(self.service_s) - sigma**2 / 2, sigma, size=n)
 
+    unit_gaps = staticmethod(_unit_gaps)
+
+    def ends(self, sent: np.ndarray, seed: int) -> np.ndarray:
+        return fifo_ends(sent, self.services(len(sent), seed))
+
     def open_loop(self, rate: float, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """(send, finish) times of n Poisson arrivals at `rate` (the load driver's own arrivals)."""
         sent = np.asarray(poisson_arrivals(n, rate, seed))
-        ends, free = np.empty(n), 0.0
-        for i, (t, s) in enumerate(zip(sent, self.services(n, seed))):
-            free = max(t, free) + s
-            ends[i] = free
+        return sent, self.ends(sent, seed)
+
+    def closed_loop_ends(self, concurrency: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """(send, finish) times of n requests, `concurrency` in flight, each finished one replaced at
+        once: the server never idles, so request i finishes at the sum of the first i + 1 services
+        and request i >= c is sent when request i - c finishes."""
+        ends = np.cumsum(self.services(n, seed))
+        c = min(concurrency, n)
+        sent = np.concatenate([np.zeros(c), ends[: n - c]])
         return sent, ends
 
     def closed_loop(self, concurrency: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """(send, finish) times of n requests, `concurrency` in flight: each finished one is replaced."""
-        clients = [0.0] * min(concurrency, n)  # when each client sends its next request
-        sent, ends, free = np.empty(n), np.empty(n), 0.0
-        for i, s in enumerate(self.services(n, seed)):
-            c = int(np.argmin(clients))
-            sent[i] = clients[c]
-            free = max(sent[i], free) + s
-            ends[i] = clients[c] = free
-        return sent, ends
+        return self.closed_loop_ends(concurrency, n, seed)
+
+
+@dataclass(frozen=True)
+class BatchServer:
+    """Static batching: when the server is free and a request waits, it starts a batch of
+    everything waiting, up to max_batch; a batch of k takes base_s * (1 + growth * (k - 1)) and
+    all its requests finish together. (A server like vLLM batches continuously; this is the
+    simplest server whose service time grows with the batch.)"""
+
+    base_s: float = 0.1
+    growth: float = 0.25
+    max_batch: int = 8
+    seed_salt: int = 0  # no randomness of its own: service times are set by the batch
+
+    def batch_s(self, k: int) -> float:
+        return self.base_s * (1 + self.growth * (k - 1))
+
+    @property
+    def service_rate(self) -> float:
+        return self.max_batch / self.batch_s(self.max_batch)
+
+    @property
+    def single_s(self) -> float:
+        return self.batch_s(1)
+
+    def describe(self) -> str:
+        return (f"batch server, up to {self.max_batch} a batch of {self.base_s * 1e3:g} ms x (1 + "
+                f"{self.growth:g} (k - 1))")
+
+    unit_gaps = staticmethod(_unit_gaps)
+
+    def ends(self, sent: np.ndarray, seed: int = 0) -> np.ndarray:
+        """Finish times of requests sent at `sent` (non-decreasing): a discrete-event run."""
+        arrivals = np.asarray(sent, dtype=float).tolist()
+        n, b = len(arrivals), self.max_batch
+        took = [0.0] + [self.batch_s(k) for k in range(1, b + 1)]
+        ends = [0.0] * n
+        i, free, right = 0, 0.0, bisect.bisect_right
+        while i < n:
+            start = arrivals[i] if arrivals[i] > free else free
+            j = right(arrivals, start, i + 1, min(i + b, n))  # everything waiting at the start, up to b
+            free = start + took[j - i]
+            ends[i:j] = [free] * (j - i)
+            i = j
+        return np.asarray(ends)
+
+    def open_loop(self, rate: float, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        sent = np.asarray(poisson_arrivals(n, rate, seed))
+        return sent, self.ends(sent)
+
+    def closed_loop_ends(self, concurrency: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError("no closed-loop scenario runs on the batch server")
+
+
+# ---- the probe: what the load driver would send -------------------------------------------------
+@dataclass(frozen=True)
+class ProbePlan:
+    """One probe's length, as selector.measure.traffic.capacity sets it: an open-loop probe sends
+    `requests` Poisson arrivals; a closed-loop one sends `requests` (until is None) or, with
+    `until`, stops sending once until(send times so far) says it has sent enough."""
+
+    requests: int | None = None
+    until: Callable[[Sequence[float]], bool] | None = None
+    warmup_s: float = 0.0  # the start of the judged part (0: all of it)
+
+
+def probe_plan(cfg: LoadConfig, on: str, level: float) -> ProbePlan:
+    """The probe's length from the capacity module as it stands (mirrors traffic.capacity)."""
+    if ProbeLength is None:  # burst probes: requests_per_step requests from an idle server
+        return ProbePlan(requests=requests_per_step(cfg))
+    length = ProbeLength.of(cfg)
+    if on == "rate":
+        return ProbePlan(requests=length.requests_at(level), warmup_s=length.warmup_s)
+    return ProbePlan(until=length.closed_done, warmup_s=length.warmup_s)
+
+
+def describe_probes(cfg: LoadConfig) -> str:
+    if ProbeLength is None:
+        return f"bursts of {requests_per_step(cfg)} requests from an idle server, all of them judged"
+    length = ProbeLength.of(cfg)
+    return (f"steady-state: {length.warmup_s:g} s warm-up, then a {length.window_s:g} s judged window (at least "
+            f"{length.min_requests} requests)")
+
+
+def margin_of(traces: Sequence[RequestTrace], cfg: LoadConfig) -> float:
+    """The probe's margin as the search judges it."""
+    if ProbeLength is None:
+        return judge(traces, percentile_limits(cfg.slo))[0]
+    return judge(traces, percentile_limits(cfg.slo), ProbeLength.of(cfg).warmup_s)[0]
+
+
+def closed_loop_probe(server: Server, concurrency: int, plan: ProbePlan, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A closed-loop probe as drive_level runs it: the first `concurrency` requests at once, then
+    each finished request's client sends the next unless the probe has sent enough (plan.until,
+    asked with the send times so far; once it says so it keeps saying so)."""
+    if plan.until is None:
+        return server.closed_loop_ends(concurrency, plan.requests or 1, seed)
+    n = max(2 * concurrency, 256)
+    while True:
+        sent, ends = server.closed_loop_ends(concurrency, n, seed)
+        if plan.until(sent.tolist()):
+            break
+        n *= 2
+    c = min(concurrency, n)
+    lo, hi = c, n  # the first i >= c with until(sent[:i]): request i is not sent
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if plan.until(sent[:mid].tolist()):
+            hi = mid
+        else:
+            lo = mid + 1
+    return sent[:lo], ends[:lo]
 
 
 def outcome(sent: np.ndarray, ends: np.ndarray, slo: dict[str, float], stop_saturated: bool,
@@ -92,160 +289,315 @@ def outcome(sent: np.ndarray, ends: np.ndarray, slo: dict[str, float], stop_satu
     return LevelOutcome(level, traces, 0.0, stopped)
 
 
-def simulated_probe(queue: Queue, cfg: LoadConfig, on: str, base_seed: int) -> ProbeAt:
+def probe_times(server: Server, cfg: LoadConfig, on: str, level: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(send, finish) times of one probe at `level` with arrivals from `seed`."""
+    plan = probe_plan(cfg, on, level)
+    if on == "rate":
+        sent = np.asarray(poisson_arrivals(plan.requests or 1, level, seed))
+        return sent, server.ends(sent, seed)
+    return closed_loop_probe(server, int(level), plan, seed)
+
+
+def simulated_probe(server: Server, cfg: LoadConfig, on: str, base_seed: int) -> ProbeAt:
     """What search_capacity calls: run `run` of a level, with run k's seed base_seed + k."""
-    n = requests_per_step(cfg)
 
     async def probe(level: float, run: int) -> LevelOutcome:
+        sent, ends = probe_times(server, cfg, on, level, base_seed + run)
         if on == "rate":
-            return outcome(*queue.open_loop(level, n, base_seed + run), cfg.slo, cfg.capacity_stop_saturated,
-                           rate=level)
-        return outcome(*queue.closed_loop(int(level), n, base_seed + run), cfg.slo, False, concurrency=int(level))
+            return outcome(sent, ends, cfg.slo, cfg.capacity_stop_saturated, rate=level)
+        return outcome(sent, ends, cfg.slo, False, concurrency=int(level))
 
     return probe
 
 
-def run_crossing(queue: Queue, cfg: LoadConfig, on: str, seed: int) -> float:
-    """One run's exact crossing of the SLO: bisection of its own probe over the level (a
-    concurrency's crossing is interpolated like the search does, in (log level, margin))."""
-    ((_, q, limit),) = percentile_limits(cfg.slo).values()  # one e2e limit
-    n = requests_per_step(cfg)
-
-    def margin(level: float) -> float:
-        sent, ends = queue.open_loop(level, n, seed) if on == "rate" else queue.closed_loop(int(level), n, seed)
-        e2e = (ends - sent) * 1e3
-        if on == "rate" and cfg.capacity_stop_saturated:
-            at = first_saturation(list(sent), list(ends), SaturationWatch.for_rate(level).window_s).at
-            if at is not None:
-                e2e = np.where(ends <= at, e2e, np.inf)[sent <= at]
-        return math.log(float(np.percentile(e2e, q, method="inverted_cdf")) / limit)
-
-    if on == "concurrency":
-        c = 1
-        while margin(c) <= 0:
-            c += 1
-        if c == 1:
-            return 1.0
-        m0, m1 = margin(c - 1), min(margin(c), 10.0)
-        return math.exp(math.log(c - 1) + (0 - m0) / (m1 - m0) * (math.log(c) - math.log(c - 1)))
-    low, high = 1e-3 / queue.service_s, 50.0 / queue.service_s
-    for _ in range(30):
-        mid = math.sqrt(low * high)
-        low, high = (mid, high) if margin(mid) <= 0 else (low, mid)
-    return low
+# ---- the truth: the steady state, without the search ---------------------------------------------
+def the_limit(slo: dict[str, float]) -> tuple[float, float]:
+    """(percentile, limit in seconds) of the scenario's one e2e limit."""
+    ((metric, q, limit_ms),) = percentile_limits(slo).values()
+    assert metric == "e2e_ms", metric
+    return q, limit_ms / 1e3
 
 
-def true_capacity(queue: Queue, cfg: LoadConfig, on: str, runs: int, first_seed: int = 10**6) -> dict[str, float]:
-    crossings = np.array([run_crossing(queue, cfg, on, first_seed + i) for i in range(runs)])
-    logs = np.log(crossings)
-    return {"capacity": float(np.exp(logs.mean())), "log_sd": float(logs.std(ddof=1)),
-            "p5": float(np.percentile(crossings, 5)), "p95": float(np.percentile(crossings, 95))}
+def steady_percentile(e2e: np.ndarray, q: float) -> float:
+    """The q-th percentile of a long run's sojourn times, its first WARMUP_SHARE left out."""
+    return float(np.percentile(e2e[int(len(e2e) * WARMUP_SHARE):], q, method="inverted_cdf"))
 
 
-def coverage(queue: Queue, cfg: LoadConfig, on: str, truth: float, trials: int, first_seed: int = 0
-             ) -> dict[str, Any]:
-    """Searches with fresh seeds: how often the interval held `truth`, its width, the probes spent."""
-    held, widths, probes, errors, low_over = 0, [], [], [], 0
+def mm1_capacity(service_rate: float, q: float, limit_s: float) -> float:
+    """M/M/1: the sojourn time is exponential with rate mu - lambda; its q-quantile is
+    ln(1 / (1 - q)) / (mu - lambda), at the limit when lambda = mu - ln(1 / (1 - q)) / limit."""
+    return max(0.0, service_rate - math.log(1 / (1 - q / 100)) / limit_s)
+
+
+def steady_rate_p(server: Server, rate: float, q: float, gaps: np.ndarray, seed: int) -> float:
+    sent = np.cumsum(gaps / rate)
+    return steady_percentile(server.ends(sent, seed) - sent, q)
+
+
+def rate_crossing(server: Server, q: float, limit_s: float, requests: int, seed: int, halvings: int = 24) -> float:
+    """One long run's steady-state capacity: the rate where its p95 crosses the limit (bisection
+    between 0 and the service rate, the same random numbers at every rate)."""
+    gaps = server.unit_gaps(requests, seed)
+    low, high = 0.0, server.service_rate
+    if steady_rate_p(server, 1e-6 * high, q, gaps, seed) > limit_s:
+        return 0.0
+    for _ in range(halvings):
+        mid = (low + high) / 2
+        low, high = (mid, high) if steady_rate_p(server, mid, q, gaps, seed) <= limit_s else (low, mid)
+    return (low + high) / 2
+
+
+def concurrency_crossing(server: Server, q: float, limit_s: float, requests: int, seed: int
+                         ) -> tuple[float, list[tuple[int, float]]]:
+    """One long closed-loop run per concurrency: its margins log(p95 / limit) from 1 up to two past
+    the first over the limit, and where the search's `crossing` puts them across 0."""
+    points: list[tuple[int, float]] = []
+    over = 0
+    c = 1
+    while over < 3 and c < 10_000:
+        sent, ends = server.closed_loop_ends(c, requests, seed)
+        m = math.log(steady_percentile(ends - sent, q) / limit_s)
+        points.append((c, m))
+        over += m > 0
+        c += 1
+    axis = Axis("concurrency", 1.0, 1.0, 0.25)
+    return float(crossing([(float(c), m) for c, m in points], axis)), points
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    server: Queue | BatchServer
+    on: str  # rate | concurrency
+    slo: dict[str, float]
+
+    def key(self, requests: int, seeds: int) -> str:
+        """What a truth depends on: a cached truth is taken back only when this matches."""
+        blob = json.dumps({"server": type(self.server).__name__, **asdict(self.server), "on": self.on,
+                           "slo": self.slo, "requests": requests, "seeds": seeds, "warmup": WARMUP_SHARE},
+                          sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def true_capacity(scenario: Scenario, requests: int = 1_000_000, seeds: int = 2, first_seed: int = 10**6
+                  ) -> dict[str, Any]:
+    """The scenario's steady-state capacity (rate in req/s, or concurrency), and how it was found."""
+    server, q = scenario.server, the_limit(scenario.slo)[0]
+    limit_s = the_limit(scenario.slo)[1]
+    t0 = time.monotonic()
+    out: dict[str, Any] = {"key": scenario.key(requests, seeds), "requests": requests, "seeds": seeds,
+                           "service_rate": server.service_rate}
+    if scenario.on == "concurrency":
+        found = [concurrency_crossing(server, q, limit_s, requests, first_seed + i) for i in range(seeds)]
+        runs = [c for c, _ in found]
+        out["margins"] = [[round(m, 4) for _, m in points] for _, points in found]
+        out["method"] = f"closed loop, {requests} requests a concurrency, the search's crossing"
+    else:
+        runs = [rate_crossing(server, q, limit_s, requests, first_seed + i) for i in range(seeds)]
+        out["method"] = f"bisection over the rate, {requests} requests a rate, first {WARMUP_SHARE:.0%} left out"
+    out["runs"] = runs
+    out["capacity"] = float(np.mean(runs))
+    out["se"] = float(np.std(runs, ddof=1) / math.sqrt(len(runs))) if len(runs) > 1 else None
+    if isinstance(server, Queue) and server.dist == "exponential" and scenario.on == "rate":
+        out["simulated"] = out["capacity"]
+        out["capacity"] = mm1_capacity(server.service_rate, q, limit_s)
+        out["method"] = "analytic: mu - ln(1 / (1 - q)) / limit (simulated alongside)"
+        out["se"] = 0.0
+    out["seconds"] = round(time.monotonic() - t0, 1)
+    return out
+
+
+# ---- coverage -------------------------------------------------------------------------------
+def coverage(server: Server, cfg: LoadConfig, on: str, truth: float, trials: int, first_seed: int = 0,
+             service_rate: float | None = None) -> dict[str, Any]:
+    """Searches with fresh seeds: how often the interval held `truth`, its lower bound above it, the
+    estimate's log bias, estimates and lower bounds above the service rate, probes and seconds spent."""
+    held = low_over = intervals = 0
+    widths, probes, errors, seconds = [], [], [], []
+    est_over = low_rate_over = estimates = lows = 0
+    mu = service_rate if service_rate is not None else server.service_rate
     for trial in range(trials):
         seed = first_seed + 1000 * trial
-        result = asyncio.run(search_capacity(simulated_probe(queue, cfg, on, seed), cfg, on))
+        result = asyncio.run(search_capacity(simulated_probe(server, cfg, on, seed), cfg, on))
         probes.append(len(result.steps))
+        seconds.append(sum(s.level.duration_s for s in result.steps))
         estimate = result.estimate
         if estimate is not None:
             errors.append(math.log(estimate / truth))
+        if on == "rate":
+            if result.capacity_rps is not None:
+                estimates += 1
+                est_over += result.capacity_rps > mu
+            if result.low_rps is not None:
+                lows += 1
+                low_rate_over += result.low_rps > mu
         if result.low is not None and result.high is not None:
+            intervals += 1
             held += result.low <= truth <= result.high
             low_over += result.low > truth
             widths.append(result.high / result.low)
-    intervals = len(widths)
-    return {"repeats": cfg.capacity_repeats, "tolerance": cfg.capacity_tolerance, "trials": trials, "intervals": intervals,
+    return {"repeats": cfg.capacity_repeats, "tolerance": cfg.capacity_tolerance, "trials": trials,
+            "intervals": intervals,
             "coverage": held / intervals if intervals else None,
             "low_above_truth": low_over / intervals if intervals else None,
             "median_width": float(np.median(widths)) if widths else None,
             "mean_probes": float(np.mean(probes)), "max_probes": int(np.max(probes)),
+            "mean_load_s": float(np.mean(seconds)), "max_load_s": float(np.max(seconds)),
             "median_log_error": float(np.median(errors)) if errors else None,
-            "rmse_log": float(np.sqrt(np.mean(np.square(errors)))) if errors else None}
+            "rmse_log": float(np.sqrt(np.mean(np.square(errors)))) if errors else None,
+            "estimate_above_service_rate": est_over / estimates if on == "rate" and estimates else None,
+            "low_above_service_rate": low_rate_over / lows if on == "rate" and lows else None}
 
 
-SCENARIOS = {  # name -> (queue, axis, SLO)
-    "rate, fixed 100 ms service, p95 e2e <= 300 ms": (Queue(0.1, 0.0), "rate", {"e2e_ms_p95": 300.0}),
-    "rate, service cv 0.5, p95 e2e <= 600 ms": (Queue(0.1, 0.5), "rate", {"e2e_ms_p95": 600.0}),
-    "rate, fixed 100 ms service, p95 e2e <= 1 s": (Queue(0.1, 0.0), "rate", {"e2e_ms_p95": 1000.0}),
-    "concurrency, service cv 0.5, p95 e2e <= 1 s": (Queue(0.1, 0.5), "concurrency", {"e2e_ms_p95": 1000.0}),
-}
+FIXED, CV05 = Queue(0.1, 0.0), Queue(0.1, 0.5)
+EXP = Queue(0.1, 1.0, "exponential")
+BATCH = BatchServer(0.1, 0.25, 8)
+SCENARIOS = {s.name: s for s in [
+    Scenario("rate, fixed 100 ms service, p95 e2e <= 300 ms", FIXED, "rate", {"e2e_ms_p95": 300.0}),
+    Scenario("rate, service cv 0.5, p95 e2e <= 600 ms", CV05, "rate", {"e2e_ms_p95": 600.0}),
+    Scenario("rate, fixed 100 ms service, p95 e2e <= 1 s", FIXED, "rate", {"e2e_ms_p95": 1000.0}),
+    Scenario("concurrency, service cv 0.5, p95 e2e <= 1 s", CV05, "concurrency", {"e2e_ms_p95": 1000.0}),
+    Scenario("rate, fixed 100 ms service, p95 e2e <= 2 s", FIXED, "rate", {"e2e_ms_p95": 2000.0}),
+    Scenario("rate, exponential 100 ms service (M/M/1), p95 e2e <= 2 s", EXP, "rate", {"e2e_ms_p95": 2000.0}),
+    Scenario("rate, batches of up to 8 (100 ms + 25% a request), p95 e2e <= 1 s", BATCH, "rate",
+             {"e2e_ms_p95": 1000.0}),
+]}
 
 
-def saturation(queue: Queue, limit_ms: float, rate: float, probes: int, n: int = 59) -> dict[str, float]:
+# ---- over-saturation ------------------------------------------------------------------------
+def saturation(server: Server, cfg: LoadConfig, rate: float, probes: int) -> dict[str, float]:
     """How often the over-saturation rule ends a probe at `rate`, how often such a probe would have
-    met the SLO had it run to its end, and the share of the probe's time the early end saved."""
+    met the SLO (as the search judges it) had it run to its end, and the share of the probe's time
+    the early end saved."""
     stopped = flipped = 0
     saved = []
     for seed in range(probes):
-        sent, ends = queue.open_loop(rate, n, seed)
+        sent, ends = probe_times(server, cfg, "rate", rate, seed)
         watch = first_saturation(list(sent), list(ends), SaturationWatch.for_rate(rate).window_s)
         if watch.at is not None:
             stopped += 1
-            flipped += float(np.percentile((ends - sent) * 1e3, 95, method="inverted_cdf")) <= limit_ms
+            whole = outcome(sent, ends, cfg.slo, False, rate=rate)
+            flipped += margin_of(whole.traces, cfg) <= 0
             saved.append((ends.max() - watch.at) / (ends.max() - sent.min()))
-    return {"rate_over_service_rate": rate * queue.service_s, "stopped": stopped / probes,
+    return {"rate_over_service_rate": rate / server.service_rate, "stopped": stopped / probes,
             "stopped_would_have_passed": flipped / probes, "time_saved": float(np.mean(saved)) if saved else 0.0}
+
+
+# ---- the run ----------------------------------------------------------------------------------
+def search_code() -> dict[str, Any]:
+    """Which capacity search ran: the git blob id of the capacity module as imported."""
+    source = Path(capacity_module.__file__).read_bytes()
+    blob = hashlib.sha1(b"blob %d\0" % len(source) + source).hexdigest()
+    return {"capacity_py_blob": blob, "steady_state_probes": ProbeLength is not None}
+
+
+def cached_truths(path: str | None) -> dict[str, dict[str, Any]]:
+    if not path:
+        return {}
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {t["key"]: t for t in data.get("truths", {}).values()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.common import write_results
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.capacity_coverage", description=__doc__.split("\n\n")[0])
-    p.add_argument("--trials", type=int, default=400)
-    p.add_argument("--truth-runs", type=int, default=4000)
-    p.add_argument("--repeats", type=int, nargs="+", default=[2, 3, 4, 5, 6, 8])
+    p.add_argument("--trials", type=int, default=200)
+    p.add_argument("--repeats", type=int, nargs="+", default=[5])
     p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--truth-requests", type=int, default=1_000_000, help="requests in a truth run, per level")
+    p.add_argument("--truth-seeds", type=int, default=2, help="independent truth runs, averaged")
+    p.add_argument("--truths-from", default=None, help="a results JSON whose truths to take back where they match")
+    p.add_argument("--scenarios", type=int, nargs="+", default=None, help="a subset, by index in SCENARIOS (0-based)")
+    p.add_argument("--saturation-probes", type=int, default=None, help="probes per row of the over-saturation "
+                   "table (default: --trials; 0: no table)")
+    p.add_argument("--stem", default="capacity_coverage", help="benchmarks/results/<stem>.{json,md}")
     args = p.parse_args(argv)
     t0 = time.monotonic()
-    rows = []
-    for name, (queue, on, slo) in SCENARIOS.items():
-        base = LoadConfig(slo=slo, capacity_confidence=args.confidence, capacity_start_rps=1.0,
+    chosen = [s for i, s in enumerate(SCENARIOS.values()) if args.scenarios is None or i in args.scenarios]
+    cache = cached_truths(args.truths_from)
+    truths, rows = {}, []
+    for sc in chosen:
+        key = sc.key(args.truth_requests, args.truth_seeds)
+        truth = cache.get(key) or true_capacity(sc, args.truth_requests, args.truth_seeds)
+        truths[sc.name] = truth
+        se = f" +- {truth['se']:.2g}" if truth.get("se") else ""
+        print(f"{sc.name}: steady-state capacity {truth['capacity']:.4g}{se}, service rate "
+              f"{sc.server.service_rate:.4g} req/s ({'cached' if key in cache else str(truth['seconds']) + ' s'})",
+              flush=True)
+        base = LoadConfig(slo=sc.slo, capacity_confidence=args.confidence, capacity_start_rps=1.0,
                           capacity_start_concurrency=1)
-        truth = true_capacity(queue, base, on, args.truth_runs)
-        print(f"{name}: capacity {truth['capacity']:.3g} (one run's crossing: log sd {truth['log_sd']:.3f})", flush=True)
-        runs = [(r, base.capacity_tolerance) for r in args.repeats] + [(5, 0.1)]  # 0.1: the former tolerance
-        for r, tolerance in runs:
-            got = coverage(queue, replace(base, capacity_repeats=r, capacity_tolerance=tolerance), on,
-                           truth["capacity"], args.trials)
-            rows.append({"scenario": name, "truth": truth, **got})
-            print(f"  repeats {r}, tolerance {tolerance:g}: coverage {got['coverage']:.3f}, median width "
-                  f"x{got['median_width']:.2f}, {got['mean_probes']:.1f} probes", flush=True)
-    saturated = [{"scenario": name, **saturation(queue, slo["e2e_ms_p95"], x / queue.service_s, args.trials)}
-                 for name, (queue, on, slo) in SCENARIOS.items() if on == "rate"
-                 for x in (0.5, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0)]
-    data = {"args": vars(args), "wall_s": round(time.monotonic() - t0, 1), "rows": rows, "saturation": saturated}
-    write_results("capacity_coverage", data, markdown(data))
+        for r in args.repeats:
+            got = coverage(sc.server, replace(base, capacity_repeats=r), sc.on, truth["capacity"], args.trials)
+            rows.append({"scenario": sc.name, "server": sc.server.describe(), "on": sc.on,
+                         "truth": truth["capacity"], "service_rate": sc.server.service_rate, **got})
+            print(f"  repeats {r}: coverage {got['coverage']}, low above truth {got['low_above_truth']}, "
+                  f"median log error {got['median_log_error']}, {got['mean_probes']:.1f} probes, "
+                  f"{got['mean_load_s']:.0f} s of load", flush=True)
+    n_sat = args.trials if args.saturation_probes is None else args.saturation_probes
+    saturated = [{"scenario": sc.name, **saturation(sc.server, LoadConfig(slo=sc.slo), x * sc.server.service_rate,
+                                                    n_sat)}
+                 for sc in chosen if sc.on == "rate" and n_sat > 0 for x in (0.5, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0)]
+    probe_cfg = LoadConfig(slo={"e2e_ms_p95": 1000.0})
+    data = {"args": vars(args), "search": search_code(), "probes": describe_probes(probe_cfg),
+            "wall_s": round(time.monotonic() - t0, 1), "truths": truths, "rows": rows, "saturation": saturated}
+    write_results(args.stem, data, markdown(data))
     return 0
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
 
 
 def markdown(data: dict[str, Any]) -> str:
     a = data["args"]
-    lines = ["# The capacity interval's coverage, by simulation", "",
-             f"`python -m benchmarks.capacity_coverage --trials {a['trials']} --truth-runs {a['truth_runs']}`: "
-             f"{a['trials']} searches per row, each with fresh seeds, against a simulated first-come-first-served "
-             f"server whose capacity is known (the geometric mean of {a['truth_runs']} runs' exact crossings of the "
-             f"SLO); {a['confidence']:.0%} intervals; the search and its over-saturation rule are selector's own. "
+    cmd = (f"python -m benchmarks.capacity_coverage --trials {a['trials']} --truth-requests {a['truth_requests']} "
+           f"--truth-seeds {a['truth_seeds']} --stem {a['stem']}")
+    if a["repeats"] != [5]:
+        cmd += " --repeats " + " ".join(map(str, a["repeats"]))
+    if a.get("truths_from"):
+        cmd += f" --truths-from {a['truths_from']}"
+    lines = ["# The capacity interval's coverage against the steady state, by simulation", "",
+             f"`{cmd}`: {a['trials']} searches per row, each with fresh seeds, against simulated servers whose "
+             "steady-state capacity is known without the search; "
+             f"{a['confidence']:.0%} intervals; the search, its judge and its over-saturation rule are selector's "
+             "own "
+             f"(capacity.py blob {data['search']['capacity_py_blob'][:10]}); probes: {data['probes']}. "
              f"Wall time {data['wall_s']:.0f} s.", "",
-             "| scenario | known capacity | one run's log sd | runs | tolerance | coverage | low bound above it "
-             "| median high/low | probes (mean / max) | rmse of log estimate |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "## The truths", "",
+             "| scenario | server | steady-state capacity | +- (se) | service rate | how |",
+             "|---|---|---|---|---|---|"]
+    servers = {r["scenario"]: r["server"] for r in data["rows"]}
+    for name, t in data["truths"].items():
+        extra = f"; simulated {t['simulated']:.4g}" if "simulated" in t else ""
+        lines.append(f"| {name} | {servers.get(name, '')} | {t['capacity']:.4g} | {_f(t.get('se'), '.2g')} | "
+                     f"{t['service_rate']:.4g} req/s | {t['method']}, {t['seeds']} runs{extra} |")
+    lines += ["", "## Coverage", "",
+              "Truth and service rate in req/s (concurrency: in flight). Coverage: the interval held the truth; "
+              "low > truth: its lower bound was above it (should be <= 2.5%); bias: median log(estimate / truth); "
+              "> service rate: share of estimates, and of lower bounds, above the most the server can complete; "
+              "load: the simulated seconds of traffic a search sends (its probes' spans summed), its time on a "
+              "real server.", "",
+              "| scenario | truth | service rate | runs | coverage | low > truth | bias (log) | median high/low "
+              "| estimate > service rate | low > service rate | probes (mean / max) | load s (mean / max) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
-        t = r["truth"]
-        lines.append(f"| {r['scenario']} | {t['capacity']:.3g} | {t['log_sd']:.3f} | {r['repeats']} | "
-                     f"{r['tolerance']:g} | {r['coverage']:.3f} | {r['low_above_truth']:.3f} | {r['median_width']:.2f} | "
-                     f"{r['mean_probes']:.1f} / {r['max_probes']} | {r['rmse_log']:.3f} |")
-    lines += ["", "Over-saturation (the rule of selector/measure/saturation.py on probes of 59 requests, "
-              f"{a['trials']} per row): how often it ended a probe, how often it ended one that would have met the "
-              "SLO had it run to its end (both shares of all probes), and the share of the probe's time the early end "
-              "saved (mean over ended probes).",
-              "", "| scenario | rate / service rate | ended early | ended, yet would have passed | time saved |",
-              "|---|---|---|---|---|"]
-    for r in data["saturation"]:
-        lines.append(f"| {r['scenario']} | {r['rate_over_service_rate']:g} | {r['stopped']:.1%} | "
-                     f"{r['stopped_would_have_passed']:.1%} | {r['time_saved']:.0%} |")
+        lines.append(f"| {r['scenario']} | {r['truth']:.4g} | {r['service_rate']:.4g} | {r['repeats']} | "
+                     f"{_f(r['coverage'], '.3f')} | {_f(r['low_above_truth'], '.3f')} | "
+                     f"{_f(r['median_log_error'], '+.3f')} | {_f(r['median_width'], '.2f')} | "
+                     f"{_f(r['estimate_above_service_rate'], '.3f')} | {_f(r['low_above_service_rate'], '.3f')} | "
+                     f"{r['mean_probes']:.1f} / {r['max_probes']} | {r['mean_load_s']:.0f} / {r['max_load_s']:.0f} |")
+    if data["saturation"]:
+        lines += ["", "## Over-saturation", "",
+                  "The rule of selector/measure/saturation.py on probes as the search sends them: how often it ended "
+                  "a probe, how often it ended one that would have met the SLO (as the search judges it) had it run "
+                  "to its end (both shares of all probes), and the share of the probe's time the early end saved "
+                  "(mean over ended probes).",
+                  "", "| scenario | rate / service rate | ended early | ended, yet would have passed | time saved |",
+                  "|---|---|---|---|---|"]
+        for r in data["saturation"]:
+            lines.append(f"| {r['scenario']} | {r['rate_over_service_rate']:g} | {r['stopped']:.1%} | "
+                         f"{r['stopped_would_have_passed']:.1%} | {r['time_saved']:.0%} |")
     return "\n".join(lines) + "\n"
 
 
