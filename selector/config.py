@@ -124,6 +124,14 @@ class LoadConfig:
     capacity_on: str = "rate"  # rate (Poisson arrivals) | concurrency (requests in flight) | both
     capacity_start_concurrency: int = 1  # first concurrency probed (capacity_on=concurrency)
     capacity_stop_saturated: bool = True  # end an open-loop probe whose backlog grows (over-saturated)
+    # A probe's length (selector.measure.steady): it sends for capacity_warmup_s + capacity_probe_s seconds and
+    # only the requests sent after the warm-up are judged; the window stretches to hold capacity_probe_requests
+    capacity_probe_s: float = 20.0
+    capacity_warmup_s: float = 5.0
+    capacity_probe_requests: int = 100
+    # After the search, a run at the rate the plan uses (the lower bound's) for this long, judged like a probe
+    # (0: none)
+    confirm_s: float = 180.0
     # in-process dynamic batching (engine=hf)
     max_batch_size: int = 8
     max_queue_delay_ms: float = 10.0

@@ -18,6 +18,12 @@ SCHEMA_VERSION = 1
 # stopped: an adaptive search stopped it early, a floor out of reach; not_needed: the search did not
 # measure it (a smaller variant already met every floor).
 Status = Literal["completed", "stopped", "failed", "skipped", "not_needed"]
+# Where a variant's checkpoint came from, in the run that measured it (RunRecord.preparation):
+# built: its preparation process ran then (converting, quantizing or the fidelity reference);
+# cache: everything it loaded was in the cache already; none: nothing was prepared or loaded for it
+# (not needed, skipped, stopped on items scored before, an engine that loads no checkpoint of ours);
+# "": a record from before this was kept (RunRecord.prepared infers what it can).
+Preparation = Literal["built", "cache", "none", ""]
 
 
 class StrictModel(BaseModel):
@@ -187,6 +193,22 @@ class CapacityStep(StrictModel):
         return float(self.rate_rps if self.rate_rps is not None else self.concurrency or 0)
 
 
+class CapacityConfirmation(StrictModel):
+    """After the search: a run at the rate the plan uses (measure.load.confirm_s long, fresh prompts),
+    judged like a probe, on what came after its warm-up. held: it met every percentile limit."""
+
+    rate_rps: float
+    window_s: float  # the judged part's length (s), after warmup_s
+    warmup_s: float
+    held: bool
+    margin: float | None = None  # log((estimate + rise) / limit) of the limit it missed most; None: infinite
+    checks: dict[str, dict[str, float | None]] = Field(default_factory=dict)  # as CapacityStep.checks
+    level: LoadLevel  # the whole run's summary
+    judged_requests: int = 0
+    stopped: str = ""  # why it ended early (over-saturated), "" when it ran to its end
+    note: str = ""  # why it did not hold, in words (the first failed request's error, the log's tail)
+
+
 class CapacityResult(StrictModel):
     """The highest arrival rate (or concurrency) whose requests met measure.load.slo's percentile
     limits, with its confidence interval from repeated runs (selector.measure.capacity)."""
@@ -194,7 +216,11 @@ class CapacityResult(StrictModel):
     slo: dict[str, float]
     confidence: float
     tolerance: float
-    requests_per_step: int
+    requests_per_step: int  # the fewest requests a probe's judged window holds
+    # a probe's judged window (s) and the warm-up before it (None: a record from before steady-state probes:
+    # each probe was a burst of requests_per_step requests from an idle server)
+    probe_s: float | None = None
+    warmup_s: float | None = None
     on: str = "rate"  # rate | concurrency
     # rate: the estimate in req/s; concurrency: the req/s served at the capacity concurrency.
     # None: even the lowest level probed broke the SLO
@@ -214,6 +240,7 @@ class CapacityResult(StrictModel):
     cpu_util_pct: float | None = None
     gpu_util_pct: float | None = None
     steps: list[CapacityStep] = Field(default_factory=list)  # in the order probed
+    confirmation: CapacityConfirmation | None = None  # the planned rate, run for measure.load.confirm_s
     wall_s: float = 0.0
     note: str = ""
 
@@ -325,6 +352,8 @@ class QuantInfo(StrictModel):
     library: str
     library_version: str
     params: dict[str, Any] = Field(default_factory=dict)
+    # True: the artifact was read from the cache, made by an earlier run (quantize_s is what it took
+    # then); False: quantized by the run that made this record (its preparation process)
     cached: bool = False
     quantize_s: float | None = None
     artifact_dir: str | None = None
@@ -343,6 +372,9 @@ class FidelityResult(StrictModel):
     # full: the variant's whole next-token distribution (in-process); top-N: the N most likely
     # tokens a server returns per position (a coarser, still lower, bound: selector/measure/fidelity.py)
     method: str = "full"
+    # top-N only: positions where the server named none of the baseline's top tokens; there mean_kl
+    # holds the most a top-N can show, however far the variant moved (0 in records from before)
+    disjoint: int = 0
 
 
 class ErrorInfo(StrictModel):
@@ -384,6 +416,7 @@ class RunRecord(StrictModel):
     # engine=vllm with engine.compare_in_process: per task, served answers against in-process ones
     agreement: dict[str, EngineAgreement] = Field(default_factory=dict)
     search: SearchInfo | None = None
+    preparation: Preparation = ""  # built | cache | none (see Preparation above)
     timings_s: dict[str, float] = Field(default_factory=dict)
     environment: dict[str, Any] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
@@ -394,6 +427,31 @@ class RunRecord(StrictModel):
     @property
     def name(self) -> str:
         return self.variant.name
+
+    @property
+    def prepared(self) -> Preparation:
+        """How its checkpoint came to be (Preparation). A record from before `preparation` was kept:
+        what it holds tells, where it tells anything ("" where it does not): the lines its
+        preparation process wrote (built), a status that never loads (none), the preparation peak
+        (built), a load peak without one (cache: the load phase was measured, so was preparation)."""
+        if self.preparation:
+            return self.preparation
+        mem = self.memory
+        if self.config.get("prepared") or (mem is not None and mem.prepare is not None):
+            return "built"
+        if self.status in ("not_needed", "skipped"):
+            return "none"
+        return "cache" if mem is not None and mem.load is not None else ""
+
+    @property
+    def quant_from_cache(self) -> bool:
+        """Its quantized artifact was read from the cache, made by an earlier run (quant.quantize_s is
+        what it took then). Older records said cached even when their own preparation process had
+        just quantized it (the engine then found it in the cache): that process's line tells."""
+        if self.quant is None or not self.quant.cached:
+            return False
+        return not any(str(line).startswith("artifact ") and str(line).endswith(" (quantized)")
+                       for line in self.config.get("prepared") or [])
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

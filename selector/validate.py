@@ -69,6 +69,10 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
     ("measure.load.capacity_repeats", lambda v: v >= 1, "at least 1 run (2 or more give an interval)"),
     ("measure.load.capacity_on", lambda v: v in ("rate", "concurrency", "both"), "rate, concurrency or both"),
     ("measure.load.capacity_start_concurrency", lambda v: v >= 1, "at least 1 request in flight"),
+    ("measure.load.capacity_probe_s", lambda v: v > 0, "a positive number of seconds"),
+    ("measure.load.capacity_warmup_s", lambda v: v >= 0, "0 or more seconds"),
+    ("measure.load.capacity_probe_requests", lambda v: v >= 1, "at least 1 request"),
+    ("measure.load.confirm_s", lambda v: v >= 0, "0 or more seconds (0: no confirmation run)"),
     ("policy.traffic_rps", lambda v: v > 0, "a positive rate in requests/s"),
     ("policy.cost_per_hour", lambda v: v > 0, "a positive price per machine-hour"),
 )

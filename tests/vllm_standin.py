@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -281,9 +281,15 @@ def build_app(server: Server, faults: Faults | None = None) -> Any:
             print(f"vllm stand-in: dying as asked, at streamed request {faults.streams}", flush=True)
             os._exit(3)
 
-        def lines() -> Iterator[str]:
-            for piece in server.run(run, *options(body)):
-                yield f"data: {json.dumps({**base, 'choices': [choice(piece, None)]})}\n\n"
+        async def lines() -> AsyncIterator[str]:
+            # As vLLM aborts a request whose client went away: a cancelled stream closes the
+            # generator (its `finally` frees the FIFO) instead of leaving it suspended, holding it.
+            pieces = server.run(run, *options(body))
+            try:
+                while (piece := await run_in_threadpool(next, pieces, None)) is not None:
+                    yield f"data: {json.dumps({**base, 'choices': [choice(piece, None)]})}\n\n"
+            finally:
+                await run_in_threadpool(pieces.close)
             yield f"data: {json.dumps({**base, 'choices': [choice('', run.finish_reason)]})}\n\n"
             if (body.get("stream_options") or {}).get("include_usage"):
                 yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage(run)})}\n\n"

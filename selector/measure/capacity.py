@@ -1,13 +1,15 @@
 """Capacity at the SLO: the highest open-loop arrival rate (capacity_on=rate) or closed-loop
 concurrency (capacity_on=concurrency) whose requests meet measure.load.slo's percentile limits
-(e.g. e2e_ms_p95: 4000), with a confidence interval from repeated runs; found per variant on its
-warm engine or server.
+(e.g. e2e_ms_p95: 4000) in the server's steady state, with a confidence interval from repeated
+runs; found per variant on its warm engine or server.
 
 The method (docs/load-testing.md, "Capacity at the SLO"):
-- a probe is one run of one level: n requests, n large enough that the largest of n samples would
-  bound each limited percentile at capacity_confidence (59 for p95 at 0.95). Its margin is
-  log(estimate / limit) for the limit it misses most (a failed or cut-off request counts as
-  infinitely slow); it is within the SLO when the margin is <= 0;
+- a probe is one run of one level, long enough to reach its steady state (selector.measure.steady):
+  it sends for capacity_warmup_s + capacity_probe_s seconds (at least capacity_probe_requests
+  judged), and only the requests sent after the warm-up are judged. Its margin is
+  log((estimate + rise) / limit) for the limit it misses most, where the estimate is the window's
+  percentile and the rise how much that figure grew across the window (a growing backlog); a failed
+  or cut-off request counts as infinitely slow. It is within the SLO when the margin is <= 0;
 - run 0 locates the boundary: from the start level, double while probes pass, or halve while they
   fail, then bisect until the bracket is within capacity_tolerance of its low end (a concurrency:
   or one request apart), at most capacity_max_steps probes;
@@ -15,12 +17,14 @@ The method (docs/load-testing.md, "Capacity at the SLO"):
   probes ever further away (by (1 + 2 tolerance)^1, ^2, ^4) until the SLO flips, at most
   RUN_PROBES. A run's Poisson arrivals have their own seed (seed + run), the same at every rate of
   that run, so within a run rates differ only in the gaps' scale and its margins rise with the rate;
-- a run's crossing: its margins made monotone in the level (isotonic regression: a level that
-  failed is never passed above a level that failed again), then the level where that fit crosses 0,
-  interpolated linearly in (log level, margin) between the two probes around it;
+- a run's crossing: its margins made monotone in the level (isotonic regression; a probe cut off
+  as over-saturated has an infinite margin, and every level at or above it fails), then the level
+  where that fit crosses 0, interpolated linearly in (log level, margin) between the two probes
+  around it (their geometric mean when the upper one's margin is infinite);
 - the capacity is the geometric mean of the runs' crossings, its interval Student's t on their
   logarithms at capacity_confidence (runs are independent, so the spread between them is what a
   second run would move it by, requests inside a probe being far from independent under queueing);
+  none of them is put above the most requests per second any probe saw the server complete;
 - all runs' probes of one level, combined (mean margin, made monotone over the levels), say which
   levels the report calls within the SLO; a level where runs disagree makes the capacity straddle
   the SLO, and the result says so.
@@ -44,11 +48,13 @@ from selector.config import LoadConfig
 from selector.engines.trace import RequestTrace
 from selector.errors import ConfigError
 from selector.measure.load_driver import LevelOutcome, parse_slo_key
-from selector.records import CapacityResult, CapacityStep
+from selector.measure.steady import ProbeLength, judged, rise
+from selector.records import CapacityConfirmation, CapacityResult, CapacityStep
 
 ProbeAt = Callable[[float, int], Awaitable[LevelOutcome]]  # (level, run) -> that probe, measured
+RunFor = Callable[[float, float], Awaitable[LevelOutcome]]  # (rate, seconds) -> an open-loop run, measured
 RUN_PROBES = 4  # probes a repeat run may spend finding its crossing
-CLIP = 10.0  # margins are clipped to +-this (log units) before fitting: an infinite one is "far over"
+FLOOR = -10.0  # a margin of -inf (no request carried a limited figure) is fitted as this: "far under"
 
 
 def percentile_limits(slo: dict[str, float]) -> dict[str, tuple[str, float, float]]:
@@ -62,12 +68,18 @@ def percentile_limits(slo: dict[str, float]) -> dict[str, tuple[str, float, floa
 
 
 def check_capacity(cfg: LoadConfig) -> None:
-    """Before anything loads: a capacity search needs at least one percentile limit."""
+    """Before anything loads: a capacity search needs at least one percentile limit, and a probe's
+    judged window at least as long as the warm-up before it."""
     if cfg.capacity and not percentile_limits(cfg.slo):
         raise ConfigError("measure.load.slo", field="",
                           problem="measure.load.capacity=true needs a percentile limit to search against, "
                                   "e.g. measure.load.slo.e2e_ms_p95=4000 (per-request limits such as e2e_ms "
                                   "count toward goodput only)")
+    if cfg.capacity and cfg.capacity_probe_s < cfg.capacity_warmup_s:
+        raise ConfigError("measure.load", field="capacity_probe_s",
+                          problem=f"a probe's judged window ({cfg.capacity_probe_s:g} s) is shorter than the warm-up "
+                                  f"before it (capacity_warmup_s={cfg.capacity_warmup_s:g} s): most of what it sends "
+                                  "would not be judged; lengthen capacity_probe_s or shorten capacity_warmup_s")
 
 
 def searched_axes(cfg: LoadConfig) -> list[str]:
@@ -76,11 +88,8 @@ def searched_axes(cfg: LoadConfig) -> list[str]:
 
 
 def requests_per_step(cfg: LoadConfig) -> int:
-    """Enough requests that the largest would bound every percentile at the confidence, and at
-    least requests_per_level."""
-    needed = [math.ceil(math.log(1 - cfg.capacity_confidence) / math.log(q / 100))
-              for _, q, _ in percentile_limits(cfg.slo).values()]
-    return max([cfg.requests_per_level, *needed])
+    """The fewest requests a probe's judged window holds (capacity_probe_requests)."""
+    return cfg.capacity_probe_requests
 
 
 def figure(trace: RequestTrace, metric: str) -> float | None:
@@ -92,21 +101,29 @@ def figure(trace: RequestTrace, metric: str) -> float | None:
             "queue_ms": trace.queue_ms}[metric]
 
 
-def judge(traces: Sequence[RequestTrace], limits: dict[str, tuple[str, float, float]]
+def judge(traces: Sequence[RequestTrace], limits: dict[str, tuple[str, float, float]], warmup_s: float = 0.0
           ) -> tuple[float, dict[str, dict[str, float | None]]]:
-    """A probe's margin (log(estimate / limit) of the limit it misses most; -inf when no request
-    carried any limited figure, +inf when the percentile fell on a failed request) and per limit
-    its estimate and limit. A figure no request carried (queue time from a server that hides it)
-    is not held against the probe."""
+    """A probe's margin and, per limit, its estimate, rise and limit, over the requests sent after
+    the warm-up (selector.measure.steady). The margin is log((estimate + rise) / limit) of the limit
+    it misses most: the window's percentile plus what that figure gained across the window (a
+    growing backlog); -inf when no request carried any limited figure, +inf when the percentile fell
+    on a failed request, or when the probe ended before its window held any request (cut off as
+    over-saturated during its warm-up). A figure no request carried (queue time from a server that
+    hides it) is not held against the probe."""
+    window = judged(traces, warmup_s)
+    if traces and not window:
+        return math.inf, {key: {"estimate": None, "rise": None, "limit": limit}
+                          for key, (_, _, limit) in limits.items()}
     margin, checks = -math.inf, {}
     for key, (metric, q, limit) in limits.items():
-        values = [v for t in traces if (v := figure(t, metric)) is not None]
-        if not values:
-            checks[key] = {"estimate": None, "limit": limit}
+        pairs = [(t.sent, v) for t in window if (v := figure(t, metric)) is not None]
+        if not pairs:
+            checks[key] = {"estimate": None, "rise": None, "limit": limit}
             continue
-        estimate = float(np.percentile(values, q, method="inverted_cdf"))
-        checks[key] = {"estimate": estimate if math.isfinite(estimate) else None, "limit": limit}
-        margin = max(margin, math.log(max(estimate, 1e-9) / limit) if math.isfinite(estimate) else math.inf)
+        estimate = float(np.percentile([v for _, v in pairs], q, method="inverted_cdf"))
+        grew = rise([s for s, _ in pairs], [v for _, v in pairs])
+        checks[key] = {"estimate": estimate if math.isfinite(estimate) else None, "rise": grew, "limit": limit}
+        margin = max(margin, math.log(max(estimate + grew, 1e-9) / limit) if math.isfinite(estimate) else math.inf)
     return margin, checks
 
 
@@ -122,7 +139,7 @@ class Axis:
 
     @classmethod
     def of(cls, cfg: LoadConfig, on: str) -> Axis:
-        if on == "concurrency":
+        if on == "concurrency":  # more in flight than a window judges is no longer a steady state
             return cls(on, float(cfg.capacity_start_concurrency), 1.0, cfg.capacity_tolerance,
                        float(requests_per_step(cfg)))
         return cls(on, max(cfg.capacity_start_rps, cfg.capacity_min_rps), cfg.capacity_min_rps, cfg.capacity_tolerance)
@@ -159,10 +176,12 @@ async def search_capacity(probe: ProbeAt, cfg: LoadConfig, on: str = "rate") -> 
 
     async def passes(level: float, run: int) -> bool:
         outcome = await probe(level, run)
-        margin, checks = judge(outcome.traces, limits)
+        margin, checks = judge(outcome.traces, limits, cfg.capacity_warmup_s)
+        if outcome.stopped:  # cut off as over-saturated: its backlog grew, whatever its window shows
+            margin = math.inf
         where = {"concurrency": int(level)} if axis.whole else {"rate_rps": level}
         steps.append(CapacityStep(**where, repeat=run, passed=margin <= 0, level=outcome.level, checks=checks,
-                                  margin=None if margin == math.inf else max(margin, -CLIP), stopped=outcome.stopped))
+                                  margin=None if margin == math.inf else max(margin, FLOOR), stopped=outcome.stopped))
         return margin <= 0
 
     low, high = await _locate(passes, axis, cfg.capacity_max_steps)
@@ -176,6 +195,26 @@ async def search_capacity(probe: ProbeAt, cfg: LoadConfig, on: str = "rate") -> 
             censored.append(f"run {run} did not cross the SLO within {RUN_PROBES} probes; its crossing is "
                             f"taken at {end:.3g}")
     return _result(cfg, axis, steps, low, high, crossings, censored, time.perf_counter() - started)
+
+
+async def confirm(run_for: RunFor, result: CapacityResult, cfg: LoadConfig) -> CapacityConfirmation | None:
+    """The plan, tried: an open-loop run at the rate the plan uses (the lower bound's, else the
+    estimate's) for capacity_warmup_s + confirm_s, judged like a probe. None: confirm_s is 0 or
+    there is no rate to plan on."""
+    rate = result.planning_rps
+    if not cfg.confirm_s or not rate:
+        return None
+    outcome = await run_for(rate, cfg.capacity_warmup_s + cfg.confirm_s)
+    margin, checks = judge(outcome.traces, percentile_limits(cfg.slo), cfg.capacity_warmup_s)
+    failed = [t for t in outcome.traces if not t.ok]
+    notes = [f"{len(failed)} of {len(outcome.traces)} requests failed; the first: {failed[0].error}"] if failed else []
+    if outcome.stopped:
+        notes.append(outcome.stopped)
+    return CapacityConfirmation(
+        rate_rps=rate, window_s=cfg.confirm_s, warmup_s=cfg.capacity_warmup_s, held=margin <= 0,
+        margin=None if margin == math.inf else max(margin, FLOOR), checks=checks, level=outcome.level,
+        judged_requests=len(judged(outcome.traces, cfg.capacity_warmup_s)), stopped=outcome.stopped,
+        note="; ".join(notes))
 
 
 async def _locate(passes: Callable[[float, int], Awaitable[bool]], axis: Axis, max_steps: int
@@ -238,11 +277,21 @@ def _points(steps: Sequence[CapacityStep], run: int) -> list[tuple[float, float]
 
 def monotone(levels: Sequence[float], margins: Sequence[float], weights: Sequence[float] | None = None
              ) -> np.ndarray:
-    """Margins made non-decreasing in the level (isotonic regression), clipped to +-CLIP first."""
-    y = np.clip(np.asarray(margins, dtype=float), -CLIP, CLIP)
+    """Margins made non-decreasing in the level (isotonic regression). An infinite margin (a probe
+    cut off) pools every level above it into itself, as pooling adjacent violators does with +inf:
+    those levels fit +inf and the finite levels below are fitted alone, so no constant standing in
+    for infinity moves the fit."""
+    y = np.maximum(np.asarray(margins, dtype=float), FLOOR)
+    w = np.ones_like(y) if weights is None else np.asarray(weights, dtype=float)
     order = np.argsort(levels, kind="stable")
+    ys, ws = y[order], w[order]
+    infinite = np.flatnonzero(np.isinf(ys))
+    cut = int(infinite[0]) if infinite.size else len(ys)
+    fitted = np.full_like(ys, np.inf)
+    if cut:
+        fitted[:cut] = isotonic_regression(ys[:cut], weights=ws[:cut]).x
     fit = np.empty_like(y)
-    fit[order] = isotonic_regression(y[order], weights=None if weights is None else np.asarray(weights)[order]).x
+    fit[order] = fitted
     return fit
 
 
@@ -252,7 +301,7 @@ def crossing(points: Sequence[tuple[float, float]], axis: Axis) -> float:
     one's margin is infinite); the lowest level when even that failed, the highest when none did."""
     by_level: dict[float, list[float]] = {}
     for level, margin in points:
-        by_level.setdefault(level, []).append(min(max(margin, -CLIP), CLIP))
+        by_level.setdefault(level, []).append(max(margin, FLOOR))
     levels = sorted(by_level)
     fit = monotone(levels, [float(np.mean(by_level[x])) for x in levels], [len(by_level[x]) for x in levels])
     above = [i for i, m in enumerate(fit) if m > 0]
@@ -262,7 +311,7 @@ def crossing(points: Sequence[tuple[float, float]], axis: Axis) -> float:
     if i == 0:
         return levels[0]
     lo, hi, m0, m1 = levels[i - 1], levels[i], fit[i - 1], fit[i]
-    if m1 >= CLIP:
+    if math.isinf(m1):
         return math.sqrt(lo * hi)
     share = (0.0 - m0) / (m1 - m0)
     return math.exp(math.log(lo) + share * (math.log(hi) - math.log(lo)))
@@ -283,13 +332,19 @@ def combine(steps: Sequence[CapacityStep]) -> dict[float, bool]:
     level made monotone over the levels (weighted by its probes). Also sets each step's within_fit."""
     by_level: dict[float, list[float]] = {}
     for s in steps:
-        by_level.setdefault(s.at, []).append(CLIP if s.margin is None else s.margin)
+        by_level.setdefault(s.at, []).append(math.inf if s.margin is None else s.margin)
     levels = sorted(by_level)
     fit = monotone(levels, [float(np.mean(by_level[x])) for x in levels], [len(by_level[x]) for x in levels])
     within = {x: bool(m <= 0) for x, m in zip(levels, fit)}
     for s in steps:
         s.within_fit = within[s.at]
     return within
+
+
+def completed_at_most(steps: Sequence[CapacityStep]) -> float:
+    """The most requests per second any probe saw the server complete (first send to last finish):
+    a rate above it is one the server was never seen to sustain."""
+    return max((s.level.request_throughput for s in steps), default=math.inf) or math.inf
 
 
 def _served_at(steps: Sequence[CapacityStep], level: float) -> float:
@@ -336,6 +391,11 @@ def _result(cfg: LoadConfig, axis: Axis, steps: list[CapacityStep], low: float |
                      f"{cfg.capacity_max_steps}): the capacity is at least this")
     else:
         estimate, lower, upper = interval(runs, cfg.capacity_confidence)
+        ceiling = completed_at_most(steps) if axis.on == "rate" else math.inf
+        if estimate > ceiling:
+            notes.append(f"the runs' crossings put the capacity above the most any probe saw the server complete, "
+                         f"{ceiling:.3g} req/s: held there")
+        estimate, lower, upper = (None if x is None else min(x, ceiling) for x in (estimate, lower, upper))
         if not axis.narrow(low, high):
             notes.append(f"run 0 stopped at capacity_max_steps={cfg.capacity_max_steps} with the bracket "
                          f"[{low:g}, {high:g}] {unit} wider than the tolerance")
@@ -358,7 +418,8 @@ def _result(cfg: LoadConfig, axis: Axis, steps: list[CapacityStep], low: float |
         _served_at(steps, lower) if lower is not None else None)
     return CapacityResult(
         slo=dict(cfg.slo), confidence=cfg.capacity_confidence, tolerance=cfg.capacity_tolerance,
-        requests_per_step=requests_per_step(cfg), on=axis.on, capacity_rps=capacity_rps,
+        requests_per_step=requests_per_step(cfg), probe_s=cfg.capacity_probe_s, warmup_s=cfg.capacity_warmup_s,
+        on=axis.on, capacity_rps=capacity_rps,
         failed_rps=min(failing) if failing and axis.on == "rate" else None,
         capacity_concurrency=estimate if axis.on == "concurrency" else None,
         failed_concurrency=int(min(failing)) if failing and axis.on == "concurrency" else None,

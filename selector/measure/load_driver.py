@@ -149,9 +149,12 @@ def tail_split(ok: Sequence[RequestTrace], e2e: Percentiles | None) -> dict[str,
 async def drive_level(send: Send, requests: Sequence[GenerationRequest], *, concurrency: int | None = None,
                       rate_rps: float | None = None, seed: int = 0,
                       max_duration_s: float = 300.0, arrivals: Sequence[float] | None = None,
-                      saturation: SaturationWatch | None = None) -> list[RequestTrace]:
+                      saturation: SaturationWatch | None = None,
+                      until: Callable[[Sequence[float]], bool] | None = None) -> list[RequestTrace]:
     """Send every request once, N at a time (concurrency) or at Poisson times (rate_rps), or at
     the given send times (arrivals: seconds from the level's start, e.g. a recording's).
+    until (closed loop): given the send times so far (seconds from the level's start), whether the
+    level has sent enough (a probe of a set length; `requests` then only has to be long enough).
 
     Returns one trace per request that was sent, in request order. Past max_duration_s, nothing
     new is sent and requests still running are cancelled and recorded as errors; the same when
@@ -171,10 +174,13 @@ async def drive_level(send: Send, requests: Sequence[GenerationRequest], *, conc
 
     async def closed_loop() -> None:
         pending = iter(range(len(requests)))
+        t0 = time.perf_counter()
 
         async def worker() -> None:
             for i in pending:  # a shared iterator: each worker takes the next request when free
                 await one(i)
+                if until is not None and until([t - t0 for t in started.values()]):
+                    return
 
         await asyncio.gather(*(worker() for _ in range(min(concurrency or 1, len(requests)))))
 
@@ -271,16 +277,18 @@ class Probe:
 
     async def level(self, requests: Sequence[GenerationRequest], concurrency: int | None = None,
                     rate: float | None = None, arrivals: Sequence[float] | None = None, seed: int | None = None,
-                    saturation: SaturationWatch | None = None) -> LevelOutcome:
+                    saturation: SaturationWatch | None = None,
+                    until: Callable[[Sequence[float]], bool] | None = None) -> LevelOutcome:
         """One level, measured: its traces, summary, utilisation and (servers) the metrics' split.
-        seed: the Poisson arrivals' (default cfg.seed); saturation: end it early when over-saturated."""
+        seed: the Poisson arrivals' (default cfg.seed); saturation: end it early when over-saturated;
+        until: a closed loop sends nothing new once it says so (drive_level)."""
         cfg = self.cfg
         before = await self.scrape() if self.scrape else None
         counted = await self.counters() if self.counters else None
         meter = self.monitor().start()
         traces = await drive_level(self.send, requests, concurrency=concurrency, rate_rps=rate,
                                    seed=cfg.seed if seed is None else seed, max_duration_s=cfg.max_duration_s,
-                                   arrivals=arrivals, saturation=saturation)
+                                   arrivals=arrivals, saturation=saturation, until=until)
         usage = meter.stop()
         level = summarize_level(traces, level_duration(traces), cfg.slo, concurrency, rate)
         level.cpu_util_pct, level.gpu_util_pct = usage.cpu_util_pct, usage.gpu_util_pct

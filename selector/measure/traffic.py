@@ -5,7 +5,10 @@ capacity search at the SLO (selector.measure.capacity) on the same warm engine.
 The request set is the eval set's generation prompts (interleaved across tasks, cycled to
 `requests_per_level`, each capped at `new_tokens` output tokens), or the rows of a request file
 (measure.load.requests, selector.measure.requests: sessions in order, recorded arrival times
-replayed as one more level), identical at every level, so levels and variants compare like for like.
+replayed as one more level), identical at every level, so levels and variants compare like for like;
+each level sends them with fresh prefix-cache salts (selector.measure.requests.salted), so a
+server's prefix cache serves a request only what its traffic declares shared, never what an
+earlier level or the warm-up sent (docs/load-testing.md, "Fresh prompts").
 
 Every engine takes them the same way: through its running engine's `session` (engines/spec.py),
 whose `send` streams one timed request. In-process that is a dynamic batching scheduler in front of
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,11 +48,13 @@ from selector.measure.requests import (
     has_arrivals,
     read_request_file,
     recorded_arrivals,
+    salted,
     warmup_of,
 )
 from selector.records import CapacityResult, LoadLevel
 
 T = TypeVar("T")
+CONFIRM_SEED = 10_000  # the confirmation's arrivals: a seed no search run uses
 
 if TYPE_CHECKING:
     from selector.config import LoadConfig
@@ -94,14 +100,30 @@ def variant_requests(
 
 def capacity_requests(tasks: Sequence[Any], cfg: SelectorConfig, tokenizer: Any = None
                       ) -> tuple[list[GenerationRequest], list[GenerationRequest]]:
-    """(warm-up, one capacity step's requests): the same source, cycled to requests_per_step."""
-    from selector.measure.capacity import requests_per_step
+    """(warm-up, the pool every capacity probe cycles through): the load test's own requests."""
+    return variant_requests(tasks, cfg, tokenizer)
 
-    warmup, requests = variant_requests(tasks, cfg, tokenizer)
-    n = requests_per_step(cfg.measure.load)
-    if cfg.measure.load.requests:
-        return warmup, list(cycled(requests, n))  # type: ignore[arg-type]
-    return warmup, [requests[i % len(requests)] for i in range(n)]
+
+class ProbeRequests(Sequence[GenerationRequest]):
+    """A probe's requests: the pool cycled to n, each pass through it salted afresh (`salted`), so
+    no request finds another's prompt in a server's prefix cache unless the traffic declares the
+    sharing (a trace's hash_ids, within one pass). Built lazily: a closed-loop probe of a set
+    length takes only what it sends."""
+
+    def __init__(self, pool: Sequence[GenerationRequest], n: int, tag: str) -> None:
+        self.pool, self.n, self.tag = list(pool), n, tag
+        self.passes: dict[int, list[GenerationRequest]] = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> GenerationRequest:  # type: ignore[override]
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        k, j = divmod(i, len(self.pool))
+        if k not in self.passes:
+            self.passes[k] = salted(self.pool, f"{self.tag}.{k}")
+        return self.passes[k][j]
 
 
 def _replay(requests: Sequence[GenerationRequest], cfg: LoadConfig) -> list[float] | None:
@@ -110,35 +132,68 @@ def _replay(requests: Sequence[GenerationRequest], cfg: LoadConfig) -> list[floa
 
 async def ladder(probe: Probe, requests: Sequence[GenerationRequest], warmup: Sequence[GenerationRequest] = (),
                  replay: Sequence[float] | None = None) -> list[LevelOutcome]:
-    return await run_ladder(probe.send, requests, probe.cfg, probe.monitor, warmup=warmup,
-                            after_level=probe.after_level, scrape=probe.scrape, split=probe.split,
-                            describe_split=probe.describe_split, replay=replay, counters=probe.counters)
+    """Warm up, then every level of probe.cfg in order (recorded arrivals, when given, as one more
+    level after them: the only one without concurrency or rates), as run_ladder does, but each
+    level, and the warm-up, with fresh prefix-cache salts (`salted`): no level reads from a
+    server's prefix cache what the warm-up or an earlier level sent, and within a level only what
+    the traffic declares shared, so the levels' hit rates and throughput compare like for like."""
+    cfg = probe.cfg
+    check_slo(cfg.slo)
+    levels = levels_of(cfg) if replay is None or cfg.concurrency or cfg.rates_rps else []
+    await probe.warm_up(salted(warmup, "warmup"))
+    outcomes = []
+    for concurrency, rate in levels:
+        tag = f"c{concurrency}" if concurrency is not None else f"r{rate:g}"
+        outcomes.append(await probe.level(salted(requests, tag), concurrency, rate))
+    if replay is not None:
+        outcome = await probe.level(salted(requests, "recorded"), arrivals=replay)
+        outcome.level.replay_scale = cfg.time_scale
+        outcomes.append(outcome)
+    return outcomes
 
 
 async def capacity(probe: Probe, requests: Sequence[GenerationRequest],
                    warmup: Sequence[GenerationRequest] = ()) -> dict[str, CapacityResult]:
     """The capacity searches (measure.load.capacity_on: rate, concurrency or both) on a warm
-    engine: one warm-up, then every probe on the same engine. A rate probe may run past
-    max_duration_s by its own arrival span (slow rates need long probes); run k's arrivals have the
-    seed seed + k; an over-saturated rate probe ends early (capacity_stop_saturated)."""
-    from selector.measure.capacity import check_capacity, search_capacity, searched_axes
+    engine: one warm-up, then every probe on the same engine, each of the steady-state length of
+    selector.measure.steady, its requests cycled from `requests` and salted afresh. A probe may run
+    past max_duration_s by its own span; run k's arrivals have the seed seed + k; an over-saturated
+    rate probe ends early (capacity_stop_saturated)."""
+    from selector.measure.capacity import check_capacity, confirm, search_capacity, searched_axes
     from selector.measure.saturation import SaturationWatch
+    from selector.measure.steady import ProbeLength
 
-    check_slo(probe.cfg.slo)
-    check_capacity(probe.cfg)
+    cfg = probe.cfg
+    check_slo(cfg.slo)
+    check_capacity(cfg)
     await probe.warm_up(warmup)
+    length = ProbeLength.of(cfg)
+    probes = iter(range(10**9))  # each probe's salts are its own
 
     def at_rate(rate: float, run: int) -> Awaitable[LevelOutcome]:
-        limit = probe.cfg.max_duration_s + len(requests) / rate
-        step = dataclasses.replace(probe, cfg=dataclasses.replace(probe.cfg, max_duration_s=limit))
-        watch = SaturationWatch.for_rate(rate) if probe.cfg.capacity_stop_saturated else None
-        return step.level(requests, rate=rate, seed=probe.cfg.seed + run, saturation=watch)
+        span = length.span_at(rate)
+        step = dataclasses.replace(probe, cfg=dataclasses.replace(cfg, max_duration_s=cfg.max_duration_s + span))
+        watch = SaturationWatch.for_rate(rate) if cfg.capacity_stop_saturated else None
+        sent = ProbeRequests(requests, length.requests_at(rate), f"p{next(probes)}")
+        return step.level(sent, rate=rate, seed=cfg.seed + run, saturation=watch)
 
     def at_concurrency(concurrency: float, run: int) -> Awaitable[LevelOutcome]:
-        return probe.level(requests, concurrency=int(concurrency))
+        span = length.warmup_s + length.window_s
+        step = dataclasses.replace(probe, cfg=dataclasses.replace(cfg, max_duration_s=cfg.max_duration_s + span))
+        sent = ProbeRequests(requests, 10**7, f"p{next(probes)}")  # taken as sent, until length.closed_done
+        return step.level(sent, concurrency=int(concurrency), until=length.closed_done)
 
-    return {on: await search_capacity(at_rate if on == "rate" else at_concurrency, probe.cfg, on)
-            for on in searched_axes(probe.cfg)}
+    def for_seconds(rate: float, seconds: float) -> Awaitable[LevelOutcome]:
+        step = dataclasses.replace(probe, cfg=dataclasses.replace(cfg, max_duration_s=cfg.max_duration_s + seconds))
+        sent = ProbeRequests(requests, max(1, math.ceil(rate * seconds)), "confirm")
+        watch = SaturationWatch.for_rate(rate) if cfg.capacity_stop_saturated else None
+        return step.level(sent, rate=rate, seed=cfg.seed + CONFIRM_SEED, saturation=watch)
+
+    found = {on: await search_capacity(at_rate if on == "rate" else at_concurrency, cfg, on)
+             for on in searched_axes(cfg)}
+    planned = found.get("rate") or found["concurrency"]  # what a plan in req/s stands on
+    planned.confirmation = await confirm(for_seconds, planned, cfg)
+    return found
 
 
 def _interleave(groups: list[list[GenerationRequest]]) -> list[list[GenerationRequest]]:

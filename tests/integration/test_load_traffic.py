@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from selector.compose import compose
+from selector.measure.steady import ProbeLength
 from tests.unit.test_load_capacity import expected_capacity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,11 +95,12 @@ def test_capacity_search_on_a_served_variant_with_a_known_service_time(slow_serv
     path = write_jsonl(tmp_path / "one.jsonl", [{"prompt": "What is 12 plus 30?", "max_tokens": 4}])
     cfg = compose(["measure=load-quick", f"measure.load.requests={path}", "measure.load.capacity=true",
                    "measure.load.slo.e2e_ms_p80=300", "measure.load.capacity_confidence=0.8",
-                   "measure.load.requests_per_level=24", "measure.load.capacity_start_rps=2",
-                   "measure.load.capacity_repeats=2", "measure.load.max_duration_s=60"])
+                   "measure.load.capacity_probe_requests=16", "measure.load.capacity_start_rps=2",
+                   "measure.load.capacity_repeats=2", "measure.load.max_duration_s=60", "measure.load.confirm_s=3"])
     result = run_capacity(slow_server, [], cfg)["rate"]
     rates = [s.rate_rps for s in result.steps]
-    assert rates[0] == 2.0 and all(s.level.requests == 24 for s in result.steps)
+    length = ProbeLength.of(cfg.measure.load)  # 0.5 s of warm-up, then 2 s (or 16 requests) judged
+    assert rates[0] == 2.0 and all(s.level.requests == length.requests_at(s.at) for s in result.steps if not s.stopped)
     assert result.capacity_rps is not None and result.failed_rps is not None, (rates, result.note)
     assert len(result.runs) == 2 and {s.repeat for s in result.steps} == {0, 1}
     assert result.low is not None and result.low < result.capacity_rps < result.high  # type: ignore[operator]
@@ -110,7 +112,11 @@ def test_capacity_search_on_a_served_variant_with_a_known_service_time(slow_serv
     outside_ms = lowest.e2e_ms.p50 - lowest.compute_ms.mean - (lowest.queue_ms.mean if lowest.queue_ms else 0.0)
     assert 0.08 <= service_s < 0.3, (service_s, outside_ms)  # 4 tokens of 20 ms, and the model
     # a FIFO server cannot hold more than its fastest service allows (4 x 20 ms of sleeps, at the least)
-    assert result.capacity_rps < 1 / 0.08
+    assert result.capacity_rps < 1 / 0.08 and result.low_rps < 1 / 0.08
+    # the plan, tried on the server: 3 s at the lower bound's rate after the warm-up
+    confirmed = result.confirmation
+    assert confirmed is not None and confirmed.rate_rps == result.low_rps and confirmed.judged_requests > 0
+    assert confirmed.held == (confirmed.margin is not None and confirmed.margin <= 0), confirmed
     load = cfg.measure.load
     fifo_only = load.__class__(**{**load.__dict__, "slo": {"e2e_ms_p80": 300 - max(outside_ms, 0.0)}})
     expected = expected_capacity(fifo_only, service_s)
@@ -131,7 +137,9 @@ CAPACITY_SWEEP = ("model=tiny", "precision=fp32,bf16", "search=grid", "measure=q
                   "measure.load.requests=loadsets/sample.jsonl", "measure.load.new_tokens=8",
                   "measure.load.slo.e2e_ms_p50=20000", "measure.load.capacity_confidence=0.5",
                   "measure.load.requests_per_level=6", "measure.load.capacity_start_rps=2",
-                  "measure.load.capacity_max_steps=2", "policy.floors.arithmetic=0", "policy.traffic_rps=9",
+                  "measure.load.capacity_max_steps=2", "measure.load.capacity_probe_s=1",
+                  "measure.load.capacity_warmup_s=0.5", "measure.load.capacity_probe_requests=6",
+                  "measure.load.confirm_s=1", "policy.floors.arithmetic=0", "policy.traffic_rps=9",
                   "policy.cost_per_hour=1.5", "policy.objective=cost_at_traffic")
 
 
