@@ -12,16 +12,19 @@ missing, the variant's preparation process (sweep/prepare.py, `ensure_reference`
 baseline, writes the file and exits before the variant loads, so the baseline's memory never
 counts as the variant's. Each variant reports:
 
-- mean KL(baseline || variant) over the buckets "each of the baseline's top-k tokens the variant's
-  distribution names" and "all other tokens". Bucketing is exact for the bucketed distributions
+- mean KL(baseline || variant) over the buckets "each of the baseline's top-k tokens" and "all
+  other tokens". Bucketing is exact for the bucketed distributions
   and, by the log-sum inequality (merging outcomes never increases KL), a lower bound of the
   full-vocabulary KL. In-process the variant gives its whole distribution, so every one of the
   baseline's top-256 tokens is a bucket and the rest bucket usually holds well under 1% of the
-  mass: the bound is tight. A server gives its top `max_logprobs` (vLLM: 20) per position, so the
-  buckets are the baseline's top-256 tokens that are also among the variant's top 20, plus the rest
-  (both sides' rest masses are known exactly: one minus what the buckets hold). That coarser
-  bound is what `FidelityResult.method` = "top-20" marks; docs/precisions.md gives its measured gap
-  to the full-vocabulary figure.
+  mass: the bound is tight. A server gives its top `max_logprobs` (vLLM: 20) per position, so only
+  the baseline's top tokens among them have a known q; for the others the figure takes the least KL
+  any distribution agreeing with what the server said can have (`compare_top`): no unnamed token is
+  more likely than the server's k-th, and together they hold one minus the named mass. Still a lower
+  bound of the full-vocabulary KL, marked by `FidelityResult.method` = "top-20"; a variant whose top
+  tokens leave the baseline's reads higher, not 0 (docs/precisions.md measures it over a sweep).
+  `FidelityResult.disjoint` counts the positions where the server named none of the baseline's top
+  tokens: there the figure is the most a top-20 can show, however far the variant moved.
 - top-1 agreement: how often the variant's most likely next token is the baseline's.
 
 The baseline itself gets None (there is nothing to compare it with), not KL 0.
@@ -79,17 +82,23 @@ def measure_fidelity(running: Any, tasks: Sequence[Any], cfg: SelectorConfig) ->
     if ref is None:  # its preparation could not make one (said in its log): no figure rather than a second model here
         log.warning("fidelity: no reference of %s/%s in the cache; skipped", cfg.model.name, cfg.baseline_precision)
         return None
+    disjoint: list[Any] = []
     try:
-        kl, agree = compare_all(ref, running.token_logprobs(probes, PROBE_POSITIONS))
+        kl, agree = compare_all(ref, running.token_logprobs(probes, PROBE_POSITIONS), running.max_logprobs, disjoint)
     except UnavailableError as e:
         log.warning("fidelity: %s; skipped", e)
         return None
+    apart = sum(int(d.sum()) for d in disjoint)
+    if apart:
+        log.warning("fidelity: at %d of %d positions the server named none of the baseline's top-%d tokens; the KL "
+                    "there is the least its top-%s allows", apart, kl.numel(), ref.ids.shape[-1], running.max_logprobs)
     return FidelityResult(
         baseline=f"{cfg.model.name}/{cfg.baseline_precision}",
         mean_kl=float(kl.mean()),
         top1_agreement=float(agree.float().mean()),
         positions=int(kl.numel()),
         method="full" if running.max_logprobs is None else f"top-{running.max_logprobs}",
+        disjoint=apart,
     )
 
 
@@ -189,9 +198,12 @@ def reference_from(distributions: Iterable[Any]) -> Reference:
     return Reference(torch.cat(ids), torch.cat(logps), torch.cat(rests))
 
 
-def compare_all(ref: Reference, variant: Iterable[Any]) -> tuple[Any, Any]:
+def compare_all(ref: Reference, variant: Iterable[Any], k: int | None = None,
+                disjoint: list[Any] | None = None) -> tuple[Any, Any]:
     """Per-position KL and agreement of the variant's distributions (TopLogprobs, probe by probe,
-    whole or top-k) against the reference."""
+    whole or top-k) against the reference. `k`: how many of a server's named tokens per position are
+    its top ones (`compare_top`). `disjoint`, when given, gets per top-k probe a bool per position:
+    the server named none of the baseline's top tokens."""
     import torch
 
     kls, agrees, start = [], [], 0
@@ -200,7 +212,9 @@ def compare_all(ref: Reference, variant: Iterable[Any]) -> tuple[Any, Any]:
         if end > ref.ids.shape[0]:
             raise ValueError("the variant has more probe positions than the baseline reference")
         part = Reference(ref.ids[start:end], ref.logp[start:end], ref.rest[start:end])
-        kl, agree = compare(part, got.logp) if got.ids is None else compare_top(part, got.ids, got.logp)
+        kl, agree = compare(part, got.logp) if got.ids is None else compare_top(part, got.ids, got.logp, k)
+        if disjoint is not None and got.ids is not None:
+            disjoint.append(shares_none(part, got.ids))
         kls.append(kl)
         agrees.append(agree)
         start = end
@@ -225,32 +239,92 @@ def compare(ref: Reference, logq: Any) -> tuple[Any, Any]:
     return kl, agree
 
 
-REST_FLOOR = 1e-6  # the least rest mass a server's float32 log-probabilities can resolve
+REST_FLOOR = 1e-6  # the least unnamed mass a server's float32 log-probabilities can resolve
 
 
-def compare_top(ref: Reference, ids: Any, logq: Any) -> tuple[Any, Any]:
+def compare_top(ref: Reference, ids: Any, logq: Any, k: int | None = None) -> tuple[Any, Any]:
     """The same with only the variant's top-k per position known (a server's log-probabilities):
-    the buckets are the baseline's top tokens among them, plus everything else on both sides.
+    per position, the least KL(baseline || variant) over the buckets "each of the baseline's top
+    tokens" and "everything else" that any distribution agreeing with what the server said can have.
 
-    Both rest masses are known: the baseline's exactly (its other top tokens and its own rest), the
-    variant's as one minus what the buckets hold. That difference is computed in float64 and taken
-    as at least the mass of the variant's named tokens outside the buckets, and at least
-    REST_FLOOR: float32 log-probabilities summing to a hair over 1 must not make the rest empty (an
-    infinite KL). Raising the variant's rest mass only lowers the figure, so it stays a lower bound."""
+    What the server says: the named tokens' log-probabilities, exactly; so the mass it did not name
+    is one minus theirs (`U`, in float64, at least REST_FLOOR: float32 log-probabilities summing to a
+    hair over 1 must not make it empty), and no unnamed token is more likely than its `k`-th most
+    likely one (`c`). A baseline top token it names is a bucket with both sides known. One it does not
+    name (the set M) has q <= c, and all of M together at most U. The baseline's rest bucket gets what
+    the variant holds outside its named tokens in the baseline's top (exact) plus the unnamed mass M
+    leaves. Over those q the KL is convex; its least value puts q_t = min(c, tau * p_t) on M (water
+    filling, tau found by bisection) and is a lower bound of the bucketed KL the whole distribution
+    gives (`compare`), hence of the full-vocabulary KL.
+
+    So a variant whose top tokens move away from the baseline's reads more, not less: with no token in
+    common, each of the baseline's top tokens counts at most the variant's k-th probability. (Merging
+    M into the rest bucket, as this did before, read exactly 0 there.)
+
+    `k`: how many of the named tokens are the variant's top ones (vLLM adds the prompt's own token to
+    its top `max_logprobs` when that token is not among them); None: all of them are. A position
+    given fewer than `k` tokens has no cap c, only U."""
     import torch
 
     match = ref.ids.unsqueeze(-1) == ids.unsqueeze(-2)  # [positions, K_ref, k]: the same token
     known = match.any(-1)
     minus_inf = torch.tensor(float("-inf"), dtype=logq.dtype)
     q_top = torch.where(match, logq.unsqueeze(-2), minus_inf).amax(-1)
-    p_rest = torch.logaddexp(torch.where(known, torch.tensor(float("-inf"), dtype=ref.logp.dtype), ref.logp)
-                             .logsumexp(-1), ref.rest)
-    q_in = torch.where(known, q_top, minus_inf).double().exp().sum(-1)
-    q_named_out = torch.where(match.any(-2), minus_inf, logq).double().exp().sum(-1)  # the variant's, not bucketed
-    q_rest = torch.log(torch.maximum(torch.maximum(1 - q_in, q_named_out), torch.tensor(REST_FLOOR, dtype=torch.float64)))
-    kl = _bucketed_kl(ref.logp, q_top, p_rest, q_rest.to(ref.logp.dtype), known)
+    kl = _served_kl(ref, q_top.double(), known, logq.double(), match.any(-2), k)
     agree = (ids[:, 0] == ref.ids[:, 0]) | (q_top[:, 0] >= logq[:, 0])  # a tie at the top is agreement
-    return kl, agree
+    return kl.to(ref.logp.dtype), agree
+
+
+def shares_none(ref: Reference, ids: Any) -> Any:
+    """Per position: the server named none of the baseline's top tokens (bool)."""
+    return ~(ref.ids.unsqueeze(-1) == ids.unsqueeze(-2)).any(-1).any(-1)
+
+
+def _served_kl(ref: Reference, lq_top: Any, known: Any, logq: Any, bucketed: Any, k: int | None) -> Any:
+    """`compare_top`'s bound in float64: `lq_top` the variant's log-probabilities of the baseline's top
+    tokens (where `known`), `logq` everything the server named (`bucketed`: among the baseline's top)."""
+    import torch
+
+    lp = ref.logp.double()
+    p = lp.exp()
+    q = logq.exp()  # a padded -inf (no token) or vLLM's -9999 gives 0
+    q_in = torch.where(known, lq_top.exp(), torch.zeros_like(p)).sum(-1)
+    q_out = torch.where(bucketed, torch.zeros_like(q), q).sum(-1)  # named, outside the baseline's top
+    p_m = torch.where(known, torch.zeros_like(p), p)  # the baseline's top tokens the server did not name
+    unnamed = (1 - q_in - q_out).clamp_min(0.0)
+    unnamed = torch.where((p_m > 0).any(-1), unnamed.clamp_min(REST_FLOOR), unnamed)  # M's q cannot all be 0
+    named = (q > 0).sum(-1)
+    k_eff = named if k is None else torch.full_like(named, k)
+    kth = q.sort(-1, descending=True).values.gather(-1, (k_eff - 1).clamp(0, q.shape[-1] - 1).unsqueeze(-1))[:, 0]
+    cap = torch.where((named >= k_eff) & (k_eff > 0), kth, torch.full_like(kth, float("inf")))
+    cap = torch.minimum(cap, unnamed)
+    p_rest = ref.rest.double().exp()
+    room = q_out + unnamed  # the rest bucket's mass plus M's: Q_rest = room - sum over M
+
+    def held(tau: Any) -> Any:
+        return torch.minimum(cap.unsqueeze(-1), tau.unsqueeze(-1) * p_m).sum(-1)
+
+    # The least KL puts q_t = min(cap, tau p_t) on M with tau the smallest value where the rest's
+    # marginal (P_rest / Q_rest = 1 / tau) is reached or M holds all the unnamed mass: both sides
+    # grow with tau, so bisect on log tau. The lower end is kept: a feasible point (Q_rest > 0).
+    lo = torch.full_like(p_rest, -200.0)
+    hi = torch.full_like(p_rest, 200.0)
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        tau = mid.exp()
+        x = held(tau)
+        over = (x + tau * p_rest >= room) | (x >= unnamed)
+        hi = torch.where(over, mid, hi)
+        lo = torch.where(over, lo, mid)
+    tau = lo.exp()
+    q_m = torch.minimum(cap.unsqueeze(-1), tau.unsqueeze(-1) * p_m)
+    tiny = torch.finfo(torch.float64).tiny  # float rounding never makes a log of 0
+    q_rest = (room - q_m.sum(-1)).clamp_min(REST_FLOOR)  # raising it only lowers the bound
+    zero = torch.zeros_like(p)
+    kl_known = torch.where(known & (p > 0), p * (lp - lq_top), zero).sum(-1)
+    kl_m = torch.where(~known & (p > 0), p * (lp - q_m.clamp_min(tiny).log()), zero).sum(-1)
+    kl_rest = torch.where(p_rest > 0, p_rest * (ref.rest.double() - q_rest.log()), torch.zeros_like(p_rest))
+    return (kl_known + kl_m + kl_rest).clamp_min(0.0)
 
 
 def _bucketed_kl(p_top: Any, q_top: Any, p_rest: Any, q_rest: Any, buckets: Any) -> Any:

@@ -169,14 +169,7 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
             Cell(f"{fmt.sig(tput[0])} (b{tput[1]})" if tput else fmt.DASH, "num"),
         ]
         if has_fidelity:
-            fid = r.fidelity
-            served = fid is not None and fid.method != "full"  # a server's top-k: a coarser lower bound
-            title = (f"vs {fid.baseline}, {fid.positions} positions"
-                     + (f"; from the server's {fid.method} log-probabilities: reads about a fifth low" if served else "")
-                     if fid else "")
-            kl = (("≥ " if served else "") + fmt.sig(fid.mean_kl)) if fid else fmt.DASH
-            row += [Cell(kl, "num", title),
-                    Cell(fmt.pct(fid.top1_agreement) if fid else fmt.DASH, "num", title)]
+            row += fidelity_cells(r.fidelity)
         if has_flips:
             row.append(_flips_cell(verdict))
         if has_quant_time:
@@ -201,6 +194,26 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
         "ran the linear layers (class of the first quantized one); marked: a quantized checkpoint run unpacked."
     )
     return table
+
+
+def fidelity_cells(fid: Any) -> list[Cell]:
+    """KL and top-1 agreement against the baseline. A server's top-k gives a lower bound (the least KL
+    its log-probabilities allow), shown as "≥"; positions where it named none of the baseline's top
+    tokens are counted and the cell marked: there the figure cannot grow however far the variant moved."""
+    if fid is None:
+        return [Cell(fmt.DASH, "num"), Cell(fmt.DASH, "num")]
+    served = fid.method != "full"
+    title = f"vs {fid.baseline}, {fid.positions} positions"
+    if served:
+        title += (f"; from the server's {fid.method} log-probabilities: the least KL they allow, a lower bound "
+                  "of the full-vocabulary figure (docs/precisions.md)")
+    kl, kind = ("≥ " if served else "") + fmt.sig(fid.mean_kl), "num"
+    if fid.disjoint:
+        kl += f" ({fid.disjoint}/{fid.positions} disjoint)"
+        kind = "num below"
+        title += (f"; at {fid.disjoint} positions the server named none of the baseline's top tokens: there the "
+                  f"figure is the most its {fid.method} can show, however far the variant moved")
+    return [Cell(kl, kind, title), Cell(fmt.pct(fid.top1_agreement), "num", title)]
 
 
 def _peak_title(record: RunRecord, kind: str) -> str:

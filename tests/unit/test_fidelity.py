@@ -9,15 +9,19 @@ import pytest
 import torch
 
 from selector.config import ModelConfig, SelectorConfig
+from benchmarks.fidelity_topk import MIXES, SHIFTS, merged_top, mixed, shifted, synthetic_logits
+from selector.engines.spec import TopLogprobs
 from selector.measure.fidelity import (
     Reference,
     compare,
+    compare_all,
     compare_top,
     corpus_probes,
     load_reference,
     probe_prompts,
     reference_path,
     save_reference,
+    shares_none,
 )
 from selector.paths import DEFAULT_EVALSET
 from tests.factories import selector_config
@@ -153,6 +157,109 @@ def test_a_servers_top_k_that_rounds_to_all_the_mass_stays_finite_and_a_lower_bo
     kl, agree = compare_top(reference_of(p.float(), 2), ids, logq)
     assert torch.isfinite(kl).all() and agree.all()
     assert kl.item() <= full_kl(p, q).item()
+
+
+SERVED_SLACK = 1e-4  # float32 log-probabilities: the figure's rounding, the only slack it is allowed
+
+
+def served_sweep(steps: list[torch.Tensor], p: torch.Tensor, ref: Reference) -> tuple[list, list, list]:
+    """Per step: full-vocabulary KL, the served top-20 figure, the figure before issue 50 (per position)."""
+    full, served, before = [], [], []
+    for logits in steps:
+        q = torch.log_softmax(logits, -1)
+        ids, logq = served_top(q.float(), 20)
+        full.append(full_kl(p, q))
+        served.append(compare_top(ref, ids, logq, k=20)[0].double())
+        before.append(merged_top(ref, ids, logq))
+    return full, served, before
+
+
+def falls_while_full_rises(full: list[torch.Tensor], figure: list[torch.Tensor]) -> float:
+    """The most the mean figure falls from one step to another whose mean full KL is higher."""
+    f, x = [float(t.mean()) for t in full], [float(t.mean()) for t in figure]
+    return max((x[i] - x[j] for i in range(len(f)) for j in range(len(f)) if f[j] > f[i]), default=0.0)
+
+
+def test_a_servers_top_20_sharing_no_token_with_the_baseline_does_not_read_zero() -> None:
+    """Issue 50: the variant's top 20 share no token with the baseline's top 256 (the baseline's ranking
+    moved 50 places down), its full KL is 5.2: the figure used to read exactly 0. Now each of the
+    baseline's top tokens counts at most the variant's 20th probability: 3.65, still below the full KL."""
+    base, _ = synthetic_logits(positions=24)
+    p = torch.log_softmax(base, -1)
+    ref = reference_of(p.float(), 256)
+    q = torch.log_softmax(shifted(base, 50), -1)
+    ids, logq = served_top(q.float(), 20)
+    assert shares_none(ref, ids).all()
+    kl, agree = compare_top(ref, ids, logq, k=20)
+    full = full_kl(p, q)
+    assert float(merged_top(ref, ids, logq).max()) < 1e-6  # what it read before: 0 but for float rounding
+    assert (kl > 1.0).all() and (kl.double() <= full + SERVED_SLACK).all()
+    assert 3.0 < float(kl.mean()) < float(full.mean())
+    assert not agree.any()
+
+
+def test_the_served_figure_never_falls_while_the_full_kl_rises_over_the_shift_and_mix_sweeps() -> None:
+    """The variant moved away step by step (benchmarks/fidelity_topk.py --synthetic, docs/precisions.md):
+    its ranking s places down, or its logits mixed towards another model's. Per position the figure
+    stays below the in-process figure and the full KL; its mean never falls between two steps where the
+    full KL rises (beyond float rounding). The figure before issue 50 fell to 0 on both sweeps."""
+    for seed in (0, 1):
+        base, other = synthetic_logits(positions=24, seed=seed)
+        p = torch.log_softmax(base, -1)
+        ref = reference_of(p.float(), 256)
+        for steps in ([shifted(base, s) for s in SHIFTS], [mixed(base, other, a) for a in MIXES]):
+            full, served, before = served_sweep(steps, p, ref)
+            for logits, f, x in zip(steps, full, served):
+                inprocess, _ = compare(ref, torch.log_softmax(logits, -1).float())
+                assert (x <= inprocess.double() + SERVED_SLACK).all() and (x <= f + SERVED_SLACK).all()
+            assert falls_while_full_rises(full, served) <= SERVED_SLACK
+            assert falls_while_full_rises(full, before) > 0.5 * max(float(t.mean()) for t in before)
+            assert min(float(t.mean()) for t in served[1:]) > 0.02  # nothing but the baseline itself reads 0
+
+
+def test_the_served_figure_lies_between_the_merged_one_and_the_whole_distributions() -> None:
+    """Merging the unnamed top tokens into the rest (the figure before) <= the served figure <= the
+    in-process figure <= the full KL, position by position, whatever the shapes and k."""
+    for seed, scale in ((21, 1.0), (22, 3.0), (23, 6.0)):
+        p, q = random_logp(16, 400, seed, scale), random_logp(16, 400, seed + 100, scale)
+        q = torch.where(torch.arange(16).unsqueeze(-1) % 2 == 0, q, 0.7 * p + 0.3 * q).log_softmax(-1)
+        ref = reference_of(p, 64)
+        whole, _ = compare(ref, q)
+        for k in (1, 5, 20, 100):
+            ids, logq = served_top(q, k)
+            kl, _ = compare_top(ref, ids, logq, k=k)
+            assert (merged_top(ref, ids, logq) <= kl + 1e-9).all()
+            assert (kl <= whole + 1e-9).all() and (whole <= full_kl(p, q) + 1e-9).all()
+
+
+def test_k_caps_unnamed_tokens_by_the_servers_kth_not_by_an_extra_token() -> None:
+    """vLLM adds the prompt's own token to its top max_logprobs when that token is not among them; that
+    extra token is not a cap on the unnamed ones. A position given fewer than k tokens has no cap."""
+    p = torch.tensor([[0.6, 0.2, 0.1, 0.05, 0.03, 0.02]], dtype=torch.float64)
+    q = torch.tensor([[0.1, 0.35, 0.3, 0.05, 0.12, 0.08]], dtype=torch.float64)
+    full = full_kl(p.log(), q.log()).item()
+    ref = reference_of(p.log(), 2)
+    ids = torch.tensor([[1, 2, 3]])  # the top 2, then token 3 (0.05), the prompt's: token 0 (0.1) is more likely
+    capped_by_2 = compare_top(ref, ids, q.log().gather(-1, ids), k=2)[0].item()
+    assert 0 < capped_by_2 <= full
+    assert compare_top(ref, ids, q.log().gather(-1, ids))[0].item() > full  # taking 0.05 as the cap: wrong
+    short = torch.tensor([[1, -1]])  # the server gave one token where it was asked for 2
+    logq = torch.tensor([[math.log(0.35), float("-inf")]], dtype=torch.float64)
+    assert 0 < compare_top(ref, short, logq, k=2)[0].item() <= full
+
+
+def test_compare_all_passes_k_and_says_where_the_server_named_none_of_the_baselines_tokens() -> None:
+    base, _ = synthetic_logits(positions=8, vocab=2048)
+    p = torch.log_softmax(base, -1)
+    ref = reference_of(p.float(), 256)
+    near, far = torch.log_softmax(shifted(base, 1), -1).float(), torch.log_softmax(shifted(base, 50), -1).float()
+    chunks = [TopLogprobs(*reversed(served_top(q, 20))) for q in (near[:4], far[4:])]
+    disjoint: list[torch.Tensor] = []
+    kl, _ = compare_all(ref, chunks, 20, disjoint)
+    assert torch.cat(disjoint).tolist() == [False] * 4 + [True] * 4
+    want = torch.cat([compare_top(reference_of(p[i:i + 4].float(), 256), *served_top(q, 20), k=20)[0]
+                      for i, q in ((0, near[:4]), (4, far[4:]))])
+    assert torch.allclose(kl, want)
 
 
 def test_reference_file_round_trip(tmp_path: Path) -> None:

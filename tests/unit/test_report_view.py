@@ -180,6 +180,20 @@ def test_a_served_variant_shows_its_footprint_and_its_top_k_fidelity_as_such() -
     assert by_name["m/int8"][col("KL")].text == "0.0135"
 
 
+def test_a_served_kl_with_positions_sharing_no_token_with_the_baseline_is_marked() -> None:
+    """There the server's top-20 cannot show how far the variant moved: the count is shown, the cell marked."""
+    from selector.records import FidelityResult
+
+    near = view.fidelity_cells(FidelityResult(baseline="m/bf16", mean_kl=0.127, top1_agreement=0.89,
+                                              positions=1152, method="top-20"))
+    far = view.fidelity_cells(FidelityResult(baseline="m/bf16", mean_kl=3.65, top1_agreement=0.0,
+                                             positions=1152, method="top-20", disjoint=300))
+    assert near[0].text == "≥ 0.127" and "below" not in near[0].kind and "lower bound" in near[0].title
+    assert far[0].text == "≥ 3.65 (300/1152 disjoint)" and "below" in far[0].kind
+    assert "300 positions" in far[0].title and "none of the baseline's top tokens" in far[0].title
+    assert [c.text for c in view.fidelity_cells(None)] == [fmt.DASH, fmt.DASH]
+
+
 def test_paired_table_flags_by_holm_over_the_whole_table() -> None:
     """Two cells with raw p < 0.05 but only one survives Holm over the table's four tests."""
     from selector.verdicts import PairedDiff
