@@ -375,9 +375,6 @@ class FidelityResult(StrictModel):
     # top-N only: positions where the server named none of the baseline's top tokens; there mean_kl
     # holds the most a top-N can show, however far the variant moved (0 in records from before)
     disjoint: int = 0
-    # top-N only: positions where the server named none of the baseline's top tokens; there mean_kl
-    # holds the most a top-N can show, however far the variant moved (0 in records from before)
-    disjoint: int = 0
 
 
 class ErrorInfo(StrictModel):
