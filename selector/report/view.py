@@ -160,8 +160,7 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
         if has_phases:
             mem = r.memory
             row += [Cell(fmt.gigabytes(_phase_bytes(mem.load if mem else None)), "num", "loading the checkpoint"),
-                    Cell(fmt.gigabytes(_phase_bytes(mem.prepare if mem else None)) if mem and mem.prepare
-                         else "cached", "num", "converting, quantizing, the fidelity reference (own process)")]
+                    prepare_cell(r)]
         row += [
             Cell(fmt.millis(lat.ttft_ms.p50 if lat else None), "num"),
             Cell(fmt.millis(lat.e2e_ms.p50 if lat else None), "num"),
@@ -173,8 +172,7 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
         if has_flips:
             row.append(_flips_cell(verdict))
         if has_quant_time:
-            cached = " (cached)" if r.quant and r.quant.cached else ""
-            row.append(Cell(fmt.seconds(r.quant.quantize_s if r.quant else None) + cached, "num"))
+            row.append(quantize_cell(r))
         if has_artifact:
             row.append(Cell(fmt.gigabytes(artifact_bytes(r)), "num"))
         if has_kernel:
@@ -188,12 +186,50 @@ def variant_table(records: list[RunRecord], selection: Selection) -> Table:
         "used, else the process's resident set); policy.max_memory_gb judges it. * marks an older record's "
         "whole-process peak (preparation and the fidelity baseline included). Plan est.: plan's weights + KV "
         "cache + activations at the shapes it ran + the runtime measured before it loaded. Load peak: loading "
-        "the checkpoint; prepare peak: converting and quantizing in a process of its own. Latency: batch 1 after warm-up. tok/s: best output "
+        "the checkpoint; prepare peak: converting and quantizing in a process of its own (cached: all it needed was "
+        "in the cache; not built: never converted, quantized or loaded). Quantize time: quantizing in this sweep; "
+        "(cached): read from the cache, the time it took when it was made. Latency: batch 1 after warm-up. "
+        "tok/s: best output "
         "tokens per second over the measured batch sizes. Flips: share of items whose correctness changed "
         "against the same model at the baseline precision (-: became wrong, +: became right). Kernel: what "
         "ran the linear layers (class of the first quantized one); marked: a quantized checkpoint run unpacked."
     )
     return table
+
+
+NOT_BUILT = "not built"
+NOT_BUILT_TITLE = "never converted, quantized or loaded in this sweep"
+
+
+def prepare_cell(record: RunRecord) -> Cell:
+    """The preparation peak: measured when its preparation process ran; else whether it found all it
+    needed in the cache or was never prepared at all (a variant the search did not need, skipped)."""
+    mem, how = record.memory, record.prepared
+    checked = mem.prepare if mem is not None else None
+    if how == "cache":  # a preparation process may have run, only to find it all there
+        held = f" (the process that found them held {fmt.gigabytes(_phase_bytes(checked))} GB)" if checked else ""
+        return Cell("cached", "num",
+                    f"nothing to prepare: its checkpoint and fidelity reference were in the cache{held}")
+    if checked is not None:
+        return Cell(fmt.gigabytes(_phase_bytes(checked)), "num",
+                    "converting, quantizing, the fidelity reference (own process)")
+    if how == "none":
+        return Cell(NOT_BUILT, "num muted", NOT_BUILT_TITLE)
+    return Cell(fmt.DASH, "num", "prepared, its peak not recorded" if how == "built" else "")
+
+
+def quantize_cell(record: RunRecord) -> Cell:
+    """The quantization's wall time: spent in this sweep, or (cached) what it took when the artifact was
+    made by an earlier run; not built for a variant never prepared."""
+    quant = record.quant
+    if quant is None or quant.quantize_s is None:
+        if record.prepared == "none":
+            return Cell(NOT_BUILT, "num muted", NOT_BUILT_TITLE)
+        return Cell(fmt.DASH, "num")
+    if record.quant_from_cache:
+        return Cell(fmt.seconds(quant.quantize_s) + " (cached)", "num",
+                    "read from the cache: the time it took when an earlier run quantized it")
+    return Cell(fmt.seconds(quant.quantize_s), "num", "quantized in this sweep (its preparation process)")
 
 
 def fidelity_cells(fid: Any) -> list[Cell]:

@@ -73,7 +73,7 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
             record = run_variant(cfg, key, job_dir, extra, is_reference=state.reference == name,
                                  baseline=entry.baseline, reference_key=state.reference_evaluation_key)
         else:
-            record = bare_record(cfg, key, "skipped", why)
+            record = bare_record(cfg, key, "skipped", why, preparation="none")
             record.config.update(extra)
     except BaseException:  # Ctrl-C or SIGTERM: end both runs as KILLED, then stop
         tracker.mark_killed([child, parent])
@@ -83,8 +83,20 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     files = [job_dir / "samples.jsonl", job_dir / "worker.log"]
     tracker.finish_variant(child, record, files, tasks_dataset(cfg, tasks, ehash))
     _save(record, cfg, job_dir)
-    log.info("%s: %s%s", name, record.status, f" ({record.reason})" if record.reason else "")
+    log.info("%s: %s%s%s", name, record.status, f" ({record.reason})" if record.reason else "", _quantized(record))
     return {"variant": name, "status": record.status}
+
+
+def _quantized(record: RunRecord) -> str:
+    """The console's word on the quantization: made in this sweep, or read from the cache."""
+    from selector.report.fmt import seconds
+
+    quant = record.quant
+    if quant is None or quant.quantize_s is None:
+        return ""
+    if record.quant_from_cache:
+        return f"; quantized artifact from the cache (made in {seconds(quant.quantize_s)})"
+    return f"; quantized in {seconds(quant.quantize_s)}"
 
 
 def _enter_launch_dir(launch_cwd: str, job_dir: Path, base_is_absolute: bool) -> Path:

@@ -44,11 +44,14 @@ class VariantRun:
         self.reference_key = reference_key  # the reference variant's evaluation key (non_inferiority)
         self.files = JobFiles(job_dir)
         self.variant = variant_of(cfg)
-        self.record = RunRecord(key=key, variant=self.variant, status="failed", config=to_dict(cfg), started_at=now())
+        # nothing prepared or loaded until _prepare says otherwise (stopped on stored items; no checkpoint of ours)
+        self.record = RunRecord(key=key, variant=self.variant, status="failed", config=to_dict(cfg), started_at=now(),
+                                preparation="none")
         self.stage = "preflight"
         self.engine = engine_for(cfg.engine)
         self.decision = None  # set when adaptive search finds a floor out of reach
         self.phases: dict[str, PeakMemory] = {}  # the preparation process's peak, when it ran
+        self.quantized_here = False  # the preparation process quantized the artifact the engine then loads
         self.tasks: list[Any] = []
 
     @contextmanager
@@ -179,12 +182,15 @@ class VariantRun:
 
         reasons = reasons_to_prepare(self.cfg, get_backend(self.cfg.precision.backend), tasks)
         if not reasons:
+            self.record.preparation = "cache"
             return
         with self.timed("prepare"):
             log.info("preparing %s in a separate process: %s", self.variant.name, "; ".join(reasons))
             prepared = prepare_in_child(self.cfg, self.baseline, self.files.dir)
         self.phases["prepare"] = prepared.peak
         self.record.config["prepared"] = prepared.did
+        self.record.preparation = "built" if prepared.made else "cache"  # the child may only have found it all
+        self.quantized_here = "artifact" in prepared.made
 
     def _record_info(self, running: Any) -> None:
         """What runs the variant: its quantization, kernel, server, and what loading noted."""
@@ -192,10 +198,13 @@ class VariantRun:
         self.variant.params = self.variant.params or info.params
         self.record.kernel, self.record.serving = info.kernel, info.serving
         if info.quant is not None:
-            self.record.quant = info.quant
-            self.record.quant.notes = list(dict.fromkeys([*info.quant.notes, *info.notes]))
-            if info.quant.quantize_s:
-                self.record.timings_s["quantize"] = info.quant.quantize_s
+            self.record.quant = quant = info.quant
+            quant.notes = list(dict.fromkeys([*quant.notes, *info.notes]))
+            if self.quantized_here:  # the engine loaded it from the cache, where this run's preparation put it
+                quant.cached = False
+                quant.notes = [n for n in quant.notes if not n.startswith("reused cached artifact")]
+            if quant.quantize_s and not quant.cached:  # a stage of this run; a cached artifact's took place before
+                self.record.timings_s["quantize"] = quant.quantize_s
         if self.record.perf is not None and info.compiled is not None:
             self.record.perf.compiled, self.record.perf.compile_s = info.compiled, info.compile_s
             self.record.perf.compile_note = info.compile_note

@@ -39,6 +39,9 @@ class Prepared:
     peak: PeakMemory
     did: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # What it made, not found in the cache: "conversion", "artifact" (it quantized; the worker then
+    # loads what this run put in the cache), "reference" (the fidelity reference). []: all was cached.
+    made: list[str] = field(default_factory=list)
 
 
 def reasons_to_prepare(cfg: SelectorConfig, backend: Any, tasks: Sequence[Any]) -> list[str]:
@@ -82,12 +85,15 @@ def prepare_in_child(cfg: SelectorConfig, baseline: dict[str, Any] | None, job_d
         if error["unavailable"]:
             raise UnavailableError(error["message"])
         raise RuntimeError(f"{error['type']} while preparing: {error['message']}")
-    return Prepared(PeakMemory.model_validate(outcome["peak"]), outcome["did"], outcome["seconds"])
+    return Prepared(PeakMemory.model_validate(outcome["peak"]), outcome["did"], outcome["seconds"],
+                    outcome.get("made", []))
 
 
 # ---- the child's side ---------------------------------------------------------------------------
-def prepare(cfg: SelectorConfig, baseline: dict[str, Any] | None, device: str) -> list[str]:
-    """Convert, quantize into the cache, compute the fidelity reference: whatever is missing."""
+def prepare(cfg: SelectorConfig, baseline: dict[str, Any] | None, device: str,
+            made: list[str] | None = None) -> list[str]:
+    """Convert, quantize into the cache, compute the fidelity reference: whatever is missing (each
+    one it made, rather than found, appended to `made`: conversion, artifact, reference)."""
     from selector import models
     from selector.precisions import get_backend, load_variant
     from selector.precisions.calibration import calibration_texts
@@ -95,21 +101,27 @@ def prepare(cfg: SelectorConfig, baseline: dict[str, Any] | None, device: str) -
 
     tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
     did = []
+    made = [] if made is None else made
+    if not models.is_ready(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, dtype=cfg.precision.dtype):
+        made.append("conversion")
     resolved = models.resolve(cfg.model, Path(cfg.cache_dir), precision=cfg.precision.name, dtype=cfg.precision.dtype)
     did.append(f"resolved {cfg.model.name} ({resolved.path})")
     if get_backend(cfg.precision.backend).builds_artifact and not resolved.prequantized:
         _, prepared = load_variant(cfg.model, cfg.precision, cfg.cache_dir, device, calibration=cfg.calibration,
                                    calibration_texts=lambda: calibration_texts(cfg.calibration, tasks),
                                    prepare_only=True)
-        did.append(f"artifact {Path(str(prepared.artifact_dir)).name} "
-                   f"({'cached' if prepared.quant and prepared.quant.cached else 'quantized'})")
+        quantized = not (prepared.quant and prepared.quant.cached)
+        made += ["artifact"] if quantized else []
+        did.append(f"artifact {Path(str(prepared.artifact_dir)).name} ({'quantized' if quantized else 'cached'})")
     if _wants_reference(cfg):
         from selector.measure.fidelity import ensure_reference, reference_exists
         from selector.precisions.loading import load_tokenizer
 
         # made by the baseline's own run when it ran first: loading the baseline again would only find it
-        if not reference_exists(cfg, tasks, load_tokenizer(resolved)):
+        tokenizer = load_tokenizer(resolved)
+        if not reference_exists(cfg, tasks, tokenizer):
             did.append(ensure_reference(cfg, tasks, device, baseline))
+            made += ["reference"] if reference_exists(cfg, tasks, tokenizer) else []  # none when it could not
     return did
 
 
@@ -138,12 +150,12 @@ def main(argv: list[str]) -> int:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
-    outcome: dict[str, Any] = {"did": [], "error": None}
+    outcome: dict[str, Any] = {"did": [], "error": None, "made": []}
     device = "cpu"
     try:
         device = resolve_device(cfg.device)
         with CpuShare() as share:
-            outcome["did"] = prepare(cfg, request.get("baseline"), device)
+            outcome["did"] = prepare(cfg, request.get("baseline"), device, outcome["made"])
         outcome["did"].append(machine_load(share))
     except Exception as e:  # said to the worker, which records the variant as skipped or failed
         outcome["error"] = {"type": type(e).__name__, "message": str(e)[:4000],

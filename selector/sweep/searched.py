@@ -32,7 +32,8 @@ def not_needed_records(state: SweepState, base: Path) -> list[RunRecord]:
         setting = v.setting
         record = RunRecord(key=v.key, variant=Variant(model=model, precision=precision, family=v.family,
                                                       params=v.params, setting=setting),
-                           status="not_needed", reason=verdict.reason, config=state.config or {})
+                           status="not_needed", reason=verdict.reason, config=state.config or {},
+                           preparation="none")  # never converted, quantized or loaded
         folder = base / model / precision / (setting_dir(setting) if setting else "")
         record.save(folder / "record.json")
         out.append(record)

@@ -149,5 +149,6 @@ def _crash_record(cfg: SelectorConfig, key: str, files: JobFiles, code: int | No
     else:
         kind, why = "WorkerCrashed", f"worker exited with code {code} in stage {stage} without writing a record"
     return bare_record(cfg, key, "failed", why, error=ErrorInfo(type=kind, message=why, stage=stage, log_tail=tail[-12000:]),
-                       tasks=files.partial_tasks())
+                       tasks=files.partial_tasks(),
+                       preparation="none" if stage == "preflight" else "")  # later: whether it prepared is unknown
 

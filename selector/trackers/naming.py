@@ -37,6 +37,8 @@ def record_params(record: RunRecord) -> dict[str, str]:
         "torch_threads": str(record.environment.get("torch_threads", "")),
         "code_sandbox": ", ".join(record.environment.get("code_sandbox", [])),
         "variant_key": record.key,
+        # built (prepared in this run) | cache (all it loaded was cached) | none (never prepared or loaded)
+        "preparation": record.prepared,
         # serving knobs, swept or not, so runs of one model x precision compare by setting in the UI
         "setting": setting_label(record.variant.setting),
         "serving.max_batch_size": str(cfg.get("measure", {}).get("load", {}).get("max_batch_size", "")),
@@ -47,6 +49,8 @@ def record_params(record: RunRecord) -> dict[str, str]:
             if isinstance(v, (str, int, float, bool)) or v is None:
                 params[f"quant.{k}"] = str(v)
         params["quant.library"] = f"{record.quant.library}=={record.quant.library_version}"
+        # quant/time_s is what quantizing took: in this run, or (cached) in the earlier one that made the artifact
+        params["quant.cached"] = str(record.quant_from_cache)
     params.update(kernel_params(record))
     for lib, ver in record.environment.get("versions", {}).items():
         params[f"version.{lib}"] = str(ver)
