@@ -13,7 +13,14 @@ from typing import Any
 
 import httpx
 
-from selector.engines.served import ServedRunning, ServerConfig, api_key, chat_template, tokenizer_of
+from selector.engines.served import (
+    PREFIX_CACHE_RANGE,
+    ServedRunning,
+    ServerConfig,
+    api_key,
+    chat_template,
+    tokenizer_of,
+)
 from selector.engines.spec import Engine, Range, StartContext
 
 log = logging.getLogger("selector.engines.attached")
@@ -31,13 +38,17 @@ class AttachedEngine(Engine):
     what = "an attached server (engine.base_url)"
     Config = AttachedEngineConfig
     needs_checkpoint = False  # the server holds the model; nothing is converted or quantized here
-    ranges = (Range("batch_size", lambda v: v >= 1, "at least 1"),)
+    ranges = (Range("batch_size", lambda v: v >= 1, "at least 1"), PREFIX_CACHE_RANGE)
+    not_scored = ("prefix_cache",)
 
     def display_name(self) -> str:
         return f"openai ({self.config.base_url})"
 
     def deploy_name(self) -> str | None:
         return None  # whatever serves at that URL: the harness cannot tell
+
+    def prefix_cache(self) -> str:
+        return self.config.prefix_cache  # unknown unless the user says what the server does
 
     def check(self, cfg: Any, origin: Any) -> None:
         if not self.config.base_url:
@@ -55,7 +66,8 @@ class AttachedEngine(Engine):
         tokenizer = tokenizer_of(checkpoint)
         client = OpenAIEngine(config.base_url, config.served_model or _first_model(config.base_url, key), api_key=key,
                               chat=config.chat, concurrency=config.batch_size, timeout_s=config.request_timeout_s,
-                              params=config.params, chat_renderer=chat_template(tokenizer))
+                              params=config.params, chat_renderer=chat_template(tokenizer),
+                              cache_salt=config.prefix_cache == "salt")
         from selector.plan.estimate import planned_weight_bytes
 
         return ServedRunning("openai", client, tokenizer, [], dtype=ctx.cfg.precision.dtype,

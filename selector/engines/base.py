@@ -27,6 +27,11 @@ class GenerationRequest:
     token_ids: list[int] | None = None
     # Generate exactly max_new_tokens (a latency or throughput run: every run does the same work).
     ignore_eos: bool = False
+    # The prefix-cache salt (vLLM's `cache_salt`): a server that honours it shares cached prompt
+    # blocks only between requests with the same salt. Measurements set it (measure.requests.salted)
+    # so that no request is served from another's cached prompt unless the traffic declares the
+    # sharing; sent only to an engine that says it takes salts (engine.prefix_cache=salt).
+    cache_salt: str | None = None
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from selector.engines.served import (
+    PREFIX_CACHE_RANGE,
     ServedRunning,
     StartedServerConfig,
     api_key,
@@ -37,8 +38,8 @@ class CommandEngine(Engine):
     label = "server"
     what = "a server started per variant from engine.command"
     Config = CommandEngineConfig
-    ranges = (Range("batch_size", lambda v: v >= 1, "at least 1"),)
-    not_scored = ("compare_in_process",)
+    ranges = (Range("batch_size", lambda v: v >= 1, "at least 1"), PREFIX_CACHE_RANGE)
+    not_scored = ("compare_in_process", "prefix_cache")
 
     def display_name(self) -> str:
         """The program the template starts (transformers, tgi, ...)."""
@@ -49,6 +50,9 @@ class CommandEngine(Engine):
 
     def deploy_name(self) -> str | None:
         return self.display_name()
+
+    def prefix_cache(self) -> str:
+        return self.config.prefix_cache
 
     def check(self, cfg: Any, origin: Any) -> None:
         from selector.errors import ConfigError
@@ -84,7 +88,8 @@ class CommandEngine(Engine):
             tokenizer = tokenizer_of(checkpoint)
             client = OpenAIEngine([s.root_url + "/v1" for s in servers], served_model, api_key=api_key(config),
                                   chat=config.chat, concurrency=config.batch_size, timeout_s=config.request_timeout_s,
-                                  params=config.params, chat_renderer=chat_template(tokenizer))
+                                  params=config.params, chat_renderer=chat_template(tokenizer),
+                                  cache_salt=config.prefix_cache == "salt")
             running = ServedRunning(self.display_name(), client, tokenizer, servers, quant=quant, checkpoint=checkpoint,
                                     dtype=cfg.precision.dtype)
         except BaseException as e:

@@ -77,7 +77,9 @@ class InProcessRunning(Running):
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
         self.hf = HFEngine(self.model, self.tokenizer, config.batch_size, config.max_batch_tokens,
                            compile=config.compile)
-        self._encoded: dict[int, list[int]] = {}  # requests tokenized ahead of a timed run, by id
+        # Prompts tokenized ahead of a timed run, by the prompt object's id (a salted copy of a
+        # request shares its prompt), each kept with its prompt so that id is never reused.
+        self._encoded: dict[int, tuple[Any, list[int]]] = {}
         self.meter = PhaseMeter(device)
         self.meter.start()  # from here on: serving it
         self.held = None  # the serving peak before a pass that does not count (fidelity)
@@ -142,7 +144,7 @@ class InProcessRunning(Running):
                 def deliver(trace: RequestTrace) -> None:  # on the scheduler thread
                     loop.call_soon_threadsafe(lambda: done.done() or done.set_result(trace))
 
-                ids = request.token_ids if request.token_ids is not None else self._encoded.get(id(request))
+                ids = request.token_ids if request.token_ids is not None else self._prepared(request.prompt)
                 ids = ids if ids is not None else self.hf.encode(request.prompt)  # a turn: the conversation so far
                 scheduler.submit(ids, request.max_new_tokens, request.stop, deliver, ignore_eos=request.ignore_eos)
                 return await done
@@ -155,7 +157,12 @@ class InProcessRunning(Running):
 
     def prepare(self, requests: list[Any]) -> None:
         """Tokenized now, not while the clock runs (a session's later turns are, when sent)."""
-        self._encoded.update({id(r): self.hf.encode(r.prompt) for r in requests})
+        self._encoded.update({id(r.prompt): (r.prompt, self.hf.encode(r.prompt)) for r in requests
+                              if id(r.prompt) not in self._encoded})
+
+    def _prepared(self, prompt: Any) -> list[int] | None:
+        kept = self._encoded.get(id(prompt))
+        return kept[1] if kept is not None and kept[0] is prompt else None
 
     def warm(self, ids: list[list[int]], new_tokens: int) -> None:
         """Compile the fast path for this shape outside any timed run (engine.compile)."""

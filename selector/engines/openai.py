@@ -70,6 +70,7 @@ class OpenAIEngine:
         params: dict[str, Any] | None = None,
         chat_renderer: Callable[[Messages], str] | None = None,
         extensions: bool = False,
+        cache_salt: bool = False,
     ) -> None:
         # Several base URLs: instances of one model, requests spread over them round-robin.
         self.base_urls = [u.rstrip("/") for u in ([base_url] if isinstance(base_url, str) else base_url)]
@@ -82,6 +83,9 @@ class OpenAIEngine:
         # vLLM's extensions to the API: prompts as token ids, ignore_eos, prompt log-probabilities
         # by token id. Another server gets the text and standard fields only.
         self.extensions = extensions
+        # The server takes vLLM's `cache_salt` (its prefix cache shared only between requests with the
+        # same salt): a request's salt is sent. Another server gets none (it may refuse the field).
+        self.cache_salt = cache_salt
 
     def with_concurrency(self, concurrency: int) -> OpenAIEngine:
         """The same client sending `concurrency` evaluation requests at once."""
@@ -123,6 +127,8 @@ class OpenAIEngine:
             body["stream_options"] = {"include_usage": True}
         if request.ignore_eos and self.extensions:
             body["ignore_eos"] = True
+        if request.cache_salt and self.cache_salt:
+            body["cache_salt"] = request.cache_salt
         if request.token_ids is not None and self.extensions:
             body["prompt"] = list(request.token_ids)
             path = "/completions"

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from selector.engines.spec import Batching, EngineInfo, Running, StartContext, TopLogprobs
+from selector.engines.spec import Batching, EngineInfo, Range, Running, StartContext, TopLogprobs
 from selector.errors import ConfigError, UnavailableError
 
 log = logging.getLogger("selector.engines.served")
@@ -37,6 +37,12 @@ class ServerConfig:
     chat: bool = True  # chat-style prompts go to /v1/chat/completions
     params: dict[str, Any] = field(default_factory=dict)  # extra fields sent with every request
     api_key_env: str | None = None  # the NAME of an environment variable holding the key (never the key)
+    # What the server's prefix cache does with the measurements' requests (docs/load-testing.md,
+    # "Fresh prompts"): salt = it takes vLLM's per-request `cache_salt`, which selector sends so a
+    # request reuses only the cached prompt its traffic declares; none = it keeps no prefix cache
+    # across requests (nothing to isolate); unknown = it may, and nothing isolates the requests
+    # (the sweep warns before anything loads: hit rates and throughput may be inflated).
+    prefix_cache: str = "unknown"
 
 
 @dataclass
@@ -48,6 +54,12 @@ class StartedServerConfig(ServerConfig):
     # Also evaluate the same checkpoint in-process (transformers) before the server starts, and
     # record per task how many answers differ (record.agreement).
     compare_in_process: bool = False
+
+
+PREFIX_CACHE_MODES = ("salt", "none", "unknown")
+PREFIX_CACHE_RANGE = Range("prefix_cache", lambda v: v in PREFIX_CACHE_MODES,
+                           "salt (the server takes vLLM's cache_salt), none (it keeps no prefix cache across "
+                           "requests) or unknown")
 
 
 def api_key(config: ServerConfig) -> str | None:

@@ -208,6 +208,14 @@ class Engine:
         """Why this engine cannot run this variant here (recorded as skipped), or None."""
         return None
 
+    def prefix_cache(self) -> str:
+        """How the measurements' requests are kept out of each other's cached prompts: "salt" (the
+        engine honours GenerationRequest.cache_salt, which the load test sets per request or per
+        declared group), "none" (it keeps no prefix cache across requests: nothing to isolate), or
+        "unknown" (it may, and nothing isolates them: the sweep warns before anything loads). An
+        in-process engine runs every batch of the load test from an empty KV cache: none."""
+        return "none"
+
     def key_material(self) -> dict[str, Any]:
         """What of this config can change a score (the evaluation key)."""
         data = dataclasses.asdict(self.config)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from selector.engines.served import (
+    PREFIX_CACHE_RANGE,
     ServedRunning,
     StartedServerConfig,
     api_key,
@@ -53,6 +54,7 @@ class VllmEngineConfig(StartedServerConfig):
     request_timeout_s: float = 600.0
     ready_timeout_s: float = 900.0  # the first start compiles (about 90 s for a 135M model on 2 cores)
     stop_timeout_s: float = 30.0
+    prefix_cache: str = "salt"  # vLLM takes a per-request cache_salt
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 
@@ -80,10 +82,10 @@ class VllmEngine(Engine):
               Range("vllm.max_num_seqs", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
               Range("vllm.max_num_batched_tokens", lambda v: v >= 1, "at least 1 (or null for vLLM's default)"),
               Range("vllm.max_model_len", lambda v: v >= 1, "at least 1 (or null for the model's own)"),
-              Range("vllm.instances", lambda v: v >= 1, "at least 1"))
+              Range("vllm.instances", lambda v: v >= 1, "at least 1"), PREFIX_CACHE_RANGE)
     # Where vLLM is found, its KV pool and scheduling limits change how requests are scheduled,
     # not what it answers (like the in-process batcher's knobs): settings share scored items.
-    not_scored = ("compare_in_process", "vllm.python", "vllm.kv_cache_gib", "vllm.max_num_seqs",
+    not_scored = ("compare_in_process", "prefix_cache", "vllm.python", "vllm.kv_cache_gib", "vllm.max_num_seqs",
                   "vllm.max_num_batched_tokens")
 
     def measure_material(self) -> dict[str, Any]:
@@ -94,6 +96,9 @@ class VllmEngine(Engine):
 
     def copies(self) -> int:
         return self.config.vllm.instances
+
+    def prefix_cache(self) -> str:
+        return self.config.prefix_cache
 
     def planned_runtime_bytes(self, device: str) -> int | None:
         """vLLM's own runtime, per server, on CPU (measured); on a GPU not measured yet (its CUDA
@@ -142,7 +147,8 @@ class VllmEngine(Engine):
             tokenizer = tokenizer_of(checkpoint)
             client = OpenAIEngine([s.root_url + "/v1" for s in servers], served_model, api_key=api_key(config),
                                   chat=config.chat, concurrency=config.batch_size, timeout_s=config.request_timeout_s,
-                                  params=config.params, chat_renderer=chat_template(tokenizer), extensions=True)
+                                  params=config.params, chat_renderer=chat_template(tokenizer), extensions=True,
+                                  cache_salt=config.prefix_cache == "salt")
             return VllmRunning(config, client, tokenizer, servers, quant=quant, checkpoint=checkpoint,
                                dtype=cfg.precision.dtype, start_s=start_s)
         except BaseException as e:

@@ -9,7 +9,9 @@ ignored): every run does the same work. Warm-up runs come first and are not coun
 fast path is compiled for each shape before anything is timed (its time is reported apart).
 Latency repeats the request until its mean end-to-end time is known to `precision` (at least
 `min_repeats`, at most `repeats` times): on a 1.5B model on 2 cores each repeat is seconds, and the
-same request in-process varies by about a percent.
+same request in-process varies by about a percent. Each run sends its prompts with fresh
+prefix-cache salts (selector.measure.requests.salted): a server never finds a repeat's prompt in
+its prefix cache, so every repeat is timed with its whole prefill.
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ def fixed_requests(running: Any, prompt_tokens: int, new_tokens: int, n: int) ->
 
 
 async def _timed(channel: Channel, requests: list[GenerationRequest], concurrency: int) -> list[Any]:
-    traces = await drive_level(channel.send, requests, concurrency=concurrency, max_duration_s=MAX_RUN_S)
+    from selector.measure.requests import salted
+
+    traces = await drive_level(channel.send, salted(requests, "timed"), concurrency=concurrency,
+                               max_duration_s=MAX_RUN_S)
     failed = [t for t in traces if not t.ok]
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(traces)} timed requests failed; the first: {failed[0].error}")

@@ -7,6 +7,11 @@ A row carries `prompt` (text) or `messages` (chat), and optionally `max_tokens`,
 order, each with the conversation so far (earlier turns and the replies the model actually gave),
 so a server's prefix cache sees the reuse a real conversation gives it.
 
+Fresh prompts: `salted` gives each request the prefix-cache salt (GenerationRequest.cache_salt)
+that lets it reuse only what its traffic declares it shares (a session's turns, a trace's hash
+ids), once per level or probe, so nothing is read from what an earlier level or the warm-up left
+in a server's prefix cache (docs/load-testing.md, "Fresh prompts").
+
 Everything is checked when the file is read, before any model loads; a problem raises
 RequestFileError naming the file, the 1-based line (row, for Parquet) and the field.
 """
@@ -15,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import hashlib
 import json
 import math
+import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,6 +50,9 @@ class ReplayRequest(GenerationRequest):
     session: str | None = None
     turn: int = 0  # 1-based within its session; 0 outside a session
     line: int = 0
+    # Requests with the same `shares` may share cached prompt blocks (a trace's rows: their prompts
+    # share exactly the blocks their hash_ids declare, and nothing else); None: none beyond its session.
+    shares: str | None = None
 
 
 # ---- reading ---------------------------------------------------------------------------------
@@ -243,18 +253,60 @@ def recorded_arrivals(requests: Sequence[GenerationRequest], time_scale: float) 
 
 
 def cycled(requests: Sequence[ReplayRequest], n: int) -> list[ReplayRequest]:
-    """n requests: the file repeated as often as needed; each copy's sessions are new ones."""
+    """n requests: the file repeated as often as needed; each copy's sessions (and a trace's
+    sharing) are new ones."""
     out = []
     for i in range(n):
         r = requests[i % len(requests)]
         copy = i // len(requests)
-        out.append(replace(r, session=f"{r.session}#{copy}") if r.session is not None and copy else r)
+        if copy and (r.session is not None or r.shares is not None):
+            r = replace(r, session=None if r.session is None else f"{r.session}#{copy}",
+                        shares=None if r.shares is None else f"{r.shares}#{copy}")
+        out.append(r)
     return out
 
 
 def warmup_of(requests: Sequence[ReplayRequest], n: int) -> list[GenerationRequest]:
     """The first n rows as standalone requests (no conversation around them)."""
-    return [GenerationRequest(r.prompt, r.max_new_tokens, list(r.stop)) for r in requests[:n]]
+    return [GenerationRequest(r.prompt, r.max_new_tokens, list(r.stop), cache_salt=r.cache_salt) for r in requests[:n]]
+
+
+# ---- fresh prompts ---------------------------------------------------------------------------
+SALT_FORBIDDEN = "@/\\\0"  # characters vLLM refuses in a cache_salt (which it takes up to 128 characters)
+
+
+def declared_group(request: GenerationRequest) -> str | None:
+    """What a request declares it shares a prompt prefix with: its session (the conversation so
+    far), or its trace copy (the blocks its hash_ids share); None: nothing (an eval-set prompt, a
+    request file's row outside a session)."""
+    if isinstance(request, ReplayRequest):
+        if request.session is not None:
+            return f"session:{request.session}"
+        if request.shares is not None:
+            return f"shares:{request.shares}"
+    return None
+
+
+def salted(requests: Sequence[GenerationRequest], tag: str) -> list[GenerationRequest]:
+    """Copies of `requests` with fresh prefix-cache salts (GenerationRequest.cache_salt): the
+    requests of one declared group (declared_group: a session's turns, one copy of a trace) share a
+    salt, so the prefixes their traffic declares shared are still found cached; every other request
+    gets a salt of its own, so no request is served from another's cached prompt (an eval-set
+    prompt repeated, or a few-shot header shared by a task's prompts, is computed afresh, as a
+    stream of distinct users' requests would be).
+
+    Every call draws a new nonce: two calls never share a salt, whatever `tag` says, so a level or
+    capacity probe that calls it for its own requests finds nothing an earlier one (or the warm-up,
+    or an earlier run on a server that outlives it) left cached. `tag` only makes the salt readable
+    in a server's logs: `{tag}-{nonce}-{i}` per request, `{tag}-{nonce}-g{digest of the group}`
+    per group. An engine that does not take salts ignores them (Engine.prefix_cache)."""
+    base = "".join("_" if c in SALT_FORBIDDEN else c for c in tag)[:48] + "-" + uuid.uuid4().hex[:8]
+    out: list[GenerationRequest] = []
+    for i, r in enumerate(requests):
+        group = declared_group(r)
+        suffix = str(i) if group is None else "g" + hashlib.sha256(group.encode()).hexdigest()[:12]
+        out.append(replace(r, cache_salt=f"{base}-{suffix}"))
+    return out
 
 
 Send = Callable[[GenerationRequest], Awaitable[RequestTrace]]
@@ -293,7 +345,8 @@ class Conversations:
             asked = list(request.prompt) if isinstance(request.prompt, list) else [
                 {"role": "user", "content": request.prompt}]
             messages = [*self.history[s], *asked]
-            turn = GenerationRequest(messages, request.max_new_tokens, list(request.stop))
+            turn = GenerationRequest(messages, request.max_new_tokens, list(request.stop),
+                                     cache_salt=request.cache_salt)  # the session's: its turns share their history
             self.sent.append(turn)
             try:
                 trace = await send(turn)

@@ -161,5 +161,7 @@ def synthesise(rows: Sequence[TraceRow], tokenizer: Any, seed: int = 0) -> list[
             words += block(key)[: need - k * BLOCK_TOKENS]
         prompt = "".join(texts[w] for w in words)
         arrival = None if r.timestamp_ms is None else r.timestamp_ms / 1000.0
-        out.append(ReplayRequest(prompt, r.output_length, arrival_s=arrival, line=r.line))
+        # shares: the rows' prompts share exactly the blocks their hash ids declare (the rest is
+        # each row's own words), so one prefix-cache salt for them all keeps that sharing and no other
+        out.append(ReplayRequest(prompt, r.output_length, arrival_s=arrival, line=r.line, shares="trace"))
     return out

@@ -150,6 +150,7 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     policy_notices(planned[0].cfg, notices)
     power_notices(planned[0].cfg)
     check_load(planned[0].cfg, origins[0], model_contexts(planned))
+    prefix_cache_notices(planned)
     check_compare_to(planned[0].cfg)
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
@@ -247,6 +248,34 @@ def check_load(cfg: SelectorConfig, origin: Origin, contexts: dict[str, int] | N
         timed = check_request_file(load.requests, load.new_tokens, contexts or {}) if load.requests else False
         if load.enabled and not timed:  # recorded arrivals are a level of their own
             levels_of(load)
+
+
+def prefix_cache_notices(planned: list[PlannedVariant]) -> list[str]:
+    """Warn, once per engine setting, when a load test runs on an engine that cannot keep its
+    requests out of each other's cached prompts (engine.prefix_cache=unknown: an attached server or
+    a server command whose prefix cache and cache_salt support selector cannot know): repeated
+    prompts may then be served from the server's prefix cache (docs/load-testing.md, "Fresh prompts")."""
+    import logging
+
+    from selector.engines import engine_for
+
+    lines: list[str] = []
+    for p in planned:
+        load = p.cfg.measure.load
+        if not (load.enabled or load.capacity):
+            continue
+        engine = engine_for(p.cfg.engine)
+        if engine.prefix_cache() != "unknown":
+            continue
+        line = (f"engine {engine.display_name()}: its prefix cache cannot be isolated (engine.prefix_cache=unknown, "
+                "so no cache_salt is sent), so load-test requests may be served from prompts cached by earlier "
+                "ones and the prefix-cache hit rates, throughput and capacity may be inflated; set "
+                "engine.prefix_cache=salt for a server that takes vLLM's cache_salt, none for one without a "
+                "prefix cache")
+        if line not in lines:
+            lines.append(line)
+            logging.getLogger("selector.sweep.preflight").warning(line)
+    return lines
 
 
 def model_contexts(planned: list[PlannedVariant]) -> dict[str, int]:

@@ -74,6 +74,25 @@ def test_queue_delay_trades_batch_wait(tiny: Any) -> None:
     assert 59 <= waits[60.0].p50 < 60 + 60  # alone in the queue: waits out the full delay
 
 
+def test_salted_copies_are_sent_with_the_tokens_prepared_before_the_clock(tiny: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each level sends salted copies of the requests (fresh prompts): the copies share their
+    prompts, so what `prepare` tokenized before the clock is what they send, and nothing is
+    tokenized while a level is timed."""
+    from selector.measure.traffic import load_levels, load_requests
+
+    cfg = config("measure.load.concurrency=[1,2]")
+    requests = load_requests(tasks_for(cfg), "tiny", "chat", 5, 4)
+    tiny.prepare(requests)
+
+    def no_tokenizing(prompt: Any) -> list[int]:
+        raise AssertionError("tokenized while the clock ran")
+
+    monkeypatch.setattr(tiny.hf, "encode", no_tokenizing)
+    outcomes = load_levels(tiny, requests[1:], cfg.measure.load, warmup=requests[:1])
+    assert [(o.level.requests, o.level.errors) for o in outcomes] == [(4, 0), (4, 0)]
+
+
 def test_levels_flow_into_metrics_plots_and_selection(tiny: Any) -> None:
     from selector.measure.traffic import run_load
     from selector.report.plots_load import latency_vs_concurrency, throughput_vs_latency

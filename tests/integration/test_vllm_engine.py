@@ -165,6 +165,50 @@ def test_vllm_replays_a_trace_searches_capacity_and_reports_its_prefix_cache_hit
 
 
 @pytest.mark.vllm
+@pytest.mark.slow  # one vLLM start
+def test_vllm_prefix_cache_sees_only_the_sharing_the_traffic_declares(vllm_model_dir: Path, tmp_path: Path) -> None:
+    """Fresh prompts (docs/load-testing.md): a ladder of the eval set's repeated prompts hits vLLM's
+    prefix cache only while no salt is sent (the repeats, and the few-shot header every arithmetic
+    prompt opens with); with the salts every level's requests are computed afresh, 0% hits. A
+    Mooncake-style trace keeps exactly the sharing its hash_ids declare, at every level anew."""
+    from selector.compose import compose
+    from selector.config import LoadConfig
+    from selector.engines import engine_for
+    from selector.engines.spec import StartContext
+    from selector.measure.requests import read_request_file, warmup_of
+    from selector.measure.traffic import load_levels, load_requests
+    from selector.tasks import load_evalset
+
+    cfg = compose(["engine=vllm", "engine.vllm.enforce_eager=true", "model=path", f"model.path={vllm_model_dir}",
+                   "precision=bf16", "threads=1", "evalset.tasks=[arithmetic]", "evalset.limit=3",
+                   f"cache_dir={tmp_path / 'cache'}"])
+    tasks = load_evalset(cfg.evalset.path, cfg.evalset.tasks, cfg.evalset.limit)
+    requests = load_requests(tasks, "tinyv", "chat", 2 + 6, 4)  # 3 prompts cycled: each sent twice a level
+    load = LoadConfig(enabled=True, concurrency=[1, 2], requests_per_level=6, new_tokens=4, max_duration_s=600)
+    trace = tmp_path / "trace.jsonl"  # every row opens with block 1 (512 tokens); 600 tokens each
+    trace.write_text("".join(json.dumps({"input_length": 600, "output_length": 4, "hash_ids": [1, 2 + i % 3]}) + "\n"
+                             for i in range(8)))
+    with engine_for(cfg.engine).start(StartContext(cfg, "cpu", tmp_path / "job", tasks)) as served:
+        assert served.client.cache_salt  # engine.prefix_cache=salt: vLLM takes them
+        served.client.cache_salt = False  # as selector sent them before: no salt
+        unsalted = [o.level.prefix_cache_hit_rate for o in load_levels(served, requests[2:], load, requests[:2])]
+        served.client.cache_salt = True
+        salted = [o.level.prefix_cache_hit_rate for o in load_levels(served, requests[2:], load, requests[:2])]
+        rows = read_request_file(trace, 4, chat=False, tokenizer=served.tokenizer)
+        sequential = LoadConfig(enabled=True, concurrency=[1, 1], new_tokens=4, max_duration_s=600)
+        declared = [o.level.prefix_cache_hit_rate for o in load_levels(served, rows, sequential, warmup_of(rows, 2))]
+    print(f"prefix-cache hit rate per level: unsalted {unsalted}, salted {salted}, trace {declared}")
+    # Without salts every request found its first two 128-token blocks cached (the few-shot header
+    # the warm-up had sent, or the same prompt an earlier request had): the former constant share.
+    assert all(0.6 <= rate <= 0.8 for rate in unsalted), unsalted
+    assert salted == [0.0, 0.0], salted  # nothing read from another request's prompt
+    # The trace declares block 1 shared by all 8 rows: each level's first row computes it, the
+    # other 7 find its 4 vLLM blocks (512 tokens; the rest of each prompt is 88 tokens, no full
+    # block) cached: 7 x 512 of 8 x 600 prompt tokens, the same at every level (not the warm-up's 8 x 512).
+    assert declared == [pytest.approx(7 * 512 / (8 * 600), abs=1e-9)] * 2, declared
+
+
+@pytest.mark.vllm
 @pytest.mark.slow  # W8A8 quantized, then two vLLM servers at once
 def test_two_instances_split_the_cores_share_the_requests_and_serve_w8a8(setup: dict[str, Path]) -> None:
     two_cores = [a for a in COMMON if a != "threads=1"] + ["threads=2"]
