@@ -1,7 +1,8 @@
 """The report's capacity tables (measure.load.capacity): per variant and search (rate, concurrency),
 the capacity within the SLO with its confidence interval from repeated runs, what it serves and uses
-there and, given policy.traffic_rps, the machines and money the user's traffic needs; below, every
-probe of the searches (latency against load)."""
+there and, given policy.traffic_rps, the machines and money the user's traffic needs; the
+confirmation run at the rate the plan uses (measure.load.confirm_s); below, every probe of the
+searches (latency against load)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 from selector.config import PolicyConfig
 from selector.report import fmt
 from selector.report.view import Cell, Table, order_records
-from selector.selection.cost import money, planning_capacity, record_cost, slo_words
+from selector.selection.cost import (
+    confirmation_words, duration_words, money, over_limit, planning_capacity, record_cost, slo_words,
+)
 from selector.records import CapacityResult, RunRecord
 
 
@@ -87,6 +90,12 @@ def capacity_table(records: list[RunRecord], policy: PolicyConfig | None = None)
                 cost = record_cost(r, policy) if c is planned else None  # type: ignore[arg-type]
                 if cost is None:
                     row += [Cell(fmt.DASH, "num muted")] * 5
+                elif c.confirmation is not None and not c.confirmation.held:  # the plan, tried, broke the SLO
+                    lower |= cost.planned_on == "lower bound"
+                    row += [Cell("not offered", "num below", f"{cost.instances} at {fmt.sig(cost.capacity_rps)} "
+                                 "req/s each, a rate that broke the SLO in the confirmation run",
+                                 sub=f"{fmt.sig(cost.capacity_rps)} req/s did not hold")]
+                    row += [Cell(fmt.DASH, "num muted")] * 4
                 else:
                     lower |= cost.planned_on == "lower bound"
                     row += [Cell(str(cost.instances), "num", sub=f"at {fmt.sig(cost.capacity_rps)} req/s each"),
@@ -96,18 +105,86 @@ def capacity_table(records: list[RunRecord], policy: PolicyConfig | None = None)
             table.rows.append(row)
             if c.note:
                 notes.append(f"{r.name} by {c.on}: {c.note}.")
-    table.note = " ".join([
-        f"The highest Poisson arrival rate (by rate) or number of requests in flight (by concurrency) at which a run "
-        f"of {first.requests_per_step} requests meets {slo_words(first.slo)} (failed requests count as too slow): "
+    probe, how = probe_words(first)
+    table.note = " ".join(x for x in [
+        f"The highest Poisson arrival rate (by rate) or number of requests in flight (by concurrency) at which "
+        f"{probe} meets {slo_words(first.slo)} (failed requests count as too slow): "
         "each run's crossing of the SLO, interpolated between its probes; the capacity is their geometric mean and "
-        f"the interval Student's t over the runs at {first.confidence:.0%}. CPU and GPU: utilisation of the machine "
-        "at the highest level within the SLO.",
+        f"the interval Student's t over the runs at {first.confidence:.0%}.", how,
+        "CPU and GPU: utilisation of the machine at the highest level within the SLO.",
         (f"Cost: ceil({policy.traffic_rps:g} req/s / capacity) machines at policy.cost_per_hour, 730 hours a month"  # type: ignore[union-attr]
          + (", the capacity taken at its interval's lower bound" if lower else "")
          + "; per million tokens of each kind: the monthly cost over that kind's tokens a month at the traffic."
          if priced else ""),
-        *notes]).strip()
+        *notes] if x).strip()
     return table
+
+
+def probe_words(c: CapacityResult) -> tuple[str, str]:
+    """(what meets the SLO, how a probe ran): a steady-state window after a warm-up, or (records from
+    before steady-state probes) a burst of requests."""
+    if c.probe_s is None:
+        return f"a run of {c.requests_per_step} requests", ""
+    warm = f"{c.warmup_s:g} s of warm-up plus " if c.warmup_s else ""
+    return "a probe", (f"Each probe sends for {warm}a {c.probe_s:g} s judged window (at least "
+                       f"{c.requests_per_step} requests judged); what is judged is each limited percentile of the "
+                       "window plus its rise across it.")
+
+
+def confirmations(records: list[RunRecord]) -> list[tuple[RunRecord, CapacityResult]]:
+    """(record, the search that carries it) for every confirmation run, in the report's order."""
+    return [(r, c) for r in with_capacity(records) for c in searches(r) if c.confirmation is not None]
+
+
+def _check_words(key: str, check: dict[str, float | None]) -> str:
+    """"e2e_ms_p95 830 ms (rise 12 ms) / 2,000 ms"; inf: it fell on a failed request."""
+    estimate, grew = check.get("estimate"), check.get("rise")
+    shown = fmt.millis(estimate) if estimate is not None else "inf"
+    rising = f" (rise {fmt.millis(grew)})" if estimate is not None and grew is not None else ""
+    return f"{key} {shown}{rising} / {fmt.millis(check.get('limit'))}"
+
+
+def confirmation_table(records: list[RunRecord]) -> Table | None:
+    """The plan, tried: per variant, the open-loop run at the rate the plan uses, judged like a probe."""
+    found = confirmations(records)
+    if not found:
+        return None
+    table = Table(columns=["variant", "planned rate", "judged window", "served req/s", "estimate / limit", "held",
+                           "errors", "note"])
+    for r, c in found:
+        t = c.confirmation
+        assert t is not None
+        lv = t.level
+        broke = [k for k, v in t.checks.items() if over_limit(v)]
+        table.rows.append([
+            Cell(r.name, "name", sub=f"by {c.on}"), Cell(f"{fmt.sig(t.rate_rps)} req/s", "num"),
+            Cell(duration_words(t.window_s), "num", sub=f"after {t.warmup_s:g} s of warm-up; "
+                 f"{t.judged_requests} requests judged"),
+            Cell(fmt.sig(lv.request_throughput), "num"),
+            Cell(", ".join(_check_words(k, v) for k, v in t.checks.items()), "reasons",
+                 sub=f"over: {', '.join(broke)}" if broke and not t.held else ""),
+            Cell("yes" if t.held else "no", "" if t.held else "below", t.stopped,
+                 sub="over-saturated" if t.stopped else ""),
+            Cell(f"{lv.errors} of {lv.requests}", "num below" if lv.errors else "num"),
+            Cell(t.note or fmt.DASH, "reasons" if t.note else "muted")])
+    table.note = ("After the search, an open-loop run at the rate the plan uses (the interval's lower bound, else the "
+                  "estimate) for measure.load.confirm_s, judged like a probe on the requests sent after its warm-up: "
+                  "it held when every limited percentile plus its rise across the window stayed within its limit. "
+                  "Where it did not, the machines for policy.traffic_rps are not offered as a plan.")
+    return table
+
+
+def confirmation_lines(records: list[RunRecord]) -> list[tuple[str, bool]]:
+    """One line per confirmation run, for the console: (text, held)."""
+    out = []
+    for r, c in confirmations(records):
+        t = c.confirmation
+        assert t is not None
+        words = (confirmation_words(t) if t.held else
+                 f"did not hold for {duration_words(t.window_s)} at {t.rate_rps:.3g} req/s ({confirmation_words(t)}); "
+                 "the plan is not offered")
+        out.append((f"{r.name} by {c.on}, confirmation run: {words}", t.held))
+    return out
 
 
 def curve_table(records: list[RunRecord]) -> Table | None:

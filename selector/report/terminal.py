@@ -103,7 +103,7 @@ def render_terminal_summary(records: list[RunRecord], selection: Selection) -> R
 
 def _capacity_table(records: list[RunRecord], selection: Selection) -> RenderableType | None:
     """The capacity at the SLO per variant (and the traffic's machines and cost), as the report has it."""
-    from selector.report.capacity_view import capacity_table, policy_of
+    from selector.report.capacity_view import capacity_table, confirmation_lines, policy_of
 
     found = capacity_table(records, policy_of(selection.policy))
     if found is None:
@@ -114,7 +114,8 @@ def _capacity_table(records: list[RunRecord], selection: Selection) -> Renderabl
     for row in found.rows:  # the variant's cell says which search (by rate, by concurrency)
         table.add_row(*(Text(c.text + (f" {c.sub}" if i == 0 and c.sub else ""), style="red" if "below" in c.kind else "")
                         for i, c in enumerate(row)))
-    return Group(table, Text(found.note, style="dim"))
+    confirmed = [Text(line, style="" if held else "red") for line, held in confirmation_lines(records)]
+    return Group(table, *confirmed, Text(found.note, style="dim"))
 
 
 def _load_table(records: list[RunRecord], settings: list[SettingChoice]) -> RenderableType | None:

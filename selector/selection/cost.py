@@ -4,7 +4,9 @@ its interval's lower bound when it has one), what they cost a month at policy.co
 per million input, output and total tokens at that traffic.
 
 Pure arithmetic over a RunRecord's CapacityResult (the rate search's, else the concurrency
-search's); policy.objective=cost_at_traffic ranks by the monthly cost.
+search's); policy.objective=cost_at_traffic ranks by the monthly cost. When that capacity carries a
+confirmation run (measure.load.confirm_s: the planned rate, run for minutes), the sentence says what
+it held, or that it did not hold, and then offers no number of machines as a plan.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 from selector.config import PolicyConfig
 from selector.measure.load_driver import parse_slo_key
-from selector.records import CapacityResult, RunRecord
+from selector.records import CapacityConfirmation, CapacityResult, RunRecord
 
 HOURS_PER_MONTH = 730.0  # 8760 hours a year / 12
 SECONDS_PER_MONTH = 3600.0 * HOURS_PER_MONTH
@@ -127,10 +129,74 @@ def held_words(capacity: CapacityResult) -> str:
     return f"{capacity.capacity_rps:.3g} req/s" + (f" ({between})" if between else "")
 
 
+def duration_words(seconds: float) -> str:
+    """180 -> "3 min", 90 -> "1.5 min", 1 -> "1 s"."""
+    return f"{seconds / 60:.3g} min" if seconds >= 60 else f"{seconds:.3g} s"
+
+
+def ms_words(ms: float) -> str:
+    """830 -> "830 ms", 2400 -> "2.4 s"."""
+    return f"{ms / 1000:.3g} s" if ms >= 1000 else f"{ms:.3g} ms"
+
+
+def _limit_name(key: str, named: bool) -> str:
+    metric, q = parse_slo_key(key)
+    return f"p{q:g} {metric.removesuffix('_ms')}" if named else f"p{q:g}"
+
+
+def over_limit(check: dict[str, float | None]) -> bool:
+    """A confirmation's (or probe's) check that breaks its limit: its percentile plus its rise
+    across the window over the limit, or a percentile that fell on a failed request."""
+    estimate, limit = check.get("estimate"), check.get("limit")
+    if limit is None:
+        return False
+    return estimate is None or estimate + (check.get("rise") or 0.0) > limit
+
+
+def first_line(note: str) -> str:
+    """A note's first line (a server's log tail follows on the next lines), without a trailing colon."""
+    return note.split("\n", 1)[0].rstrip(" :")
+
+
+def confirmation_words(confirmation: CapacityConfirmation) -> str:
+    """"held p95 830 ms for 3 min at 4 req/s", or "p95 2.4 s over the 2 s limit; 2 of 470 requests
+    failed; the first: ..." (why it did not hold). The figure is named (p95 e2e) when the SLO has
+    several limits."""
+    checks = confirmation.checks
+    named = len(checks) > 1
+    rate, length = f"{confirmation.rate_rps:.3g} req/s", duration_words(confirmation.window_s)
+    if confirmation.held:
+        figures = " and ".join(f"{_limit_name(k, named)} {ms_words(c['estimate'])}"
+                               for k, c in checks.items() if c.get("estimate") is not None)
+        return f"held {figures or 'the SLO'} for {length} at {rate}"
+    why = []
+    for key, c in checks.items():
+        if not over_limit(c):
+            continue
+        name, limit = _limit_name(key, named), ms_words(c["limit"])  # type: ignore[arg-type]
+        if c.get("estimate") is None:
+            why.append(f"{name} fell on a failed request" if confirmation.judged_requests
+                       else "no request reached the judged window")
+        else:
+            grew = c.get("rise") or 0.0
+            rising = f", rising {ms_words(grew)} across the window," if grew > 0 else ""
+            why.append(f"{name} {ms_words(c['estimate'])}{rising} over the {limit} limit")  # type: ignore[arg-type]
+    if confirmation.note:
+        why.append(first_line(confirmation.note))
+    return "; ".join(dict.fromkeys(why)) or "over the SLO"
+
+
+def confirmed(capacity: CapacityResult) -> bool | None:
+    """Whether the planned rate held its confirmation run; None: it had none (measure.load.confirm_s=0,
+    or a record from before confirmation runs)."""
+    return capacity.confirmation.held if capacity.confirmation is not None else None
+
+
 def traffic_sentence(record: RunRecord, policy: PolicyConfig) -> str | None:
-    """"X holds 3.1 req/s (95% interval 2.6-3.9) at p95 e2e <= 4 s on this machine; your 20 req/s
-    needs 8 of them on the lower bound, about $N per month ($M per million output tokens)"; None
-    without a capacity or a traffic."""
+    """"X holds 3.1 req/s (95% interval 2.6-3.9) at p95 e2e <= 4 s on this machine (held p95 3.2 s
+    for 3 min at 2.6 req/s); your 20 req/s needs 8 of them on the lower bound, about $N per month ($M
+    per million output tokens)"; when the confirmation run did not hold, why, and no machines are
+    offered; None without a capacity or a traffic."""
     capacity = planning_capacity(record)
     if capacity is None or not policy.traffic_rps:
         return None
@@ -141,6 +207,14 @@ def traffic_sentence(record: RunRecord, policy: PolicyConfig) -> str | None:
         return (f"{record.name} does not hold {words} on this machine even at {lowest:g} {unit}"
                 if lowest is not None else None)
     head = f"{record.name} holds {held_words(capacity)} at {words} on this machine"
+    trial = capacity.confirmation
+    if trial is not None and not trial.held:  # the plan, tried, broke the SLO: no plan is offered
+        length = duration_words(trial.window_s)
+        return (f"{head}, but not for {length} at the planned {trial.rate_rps:.3g} req/s "
+                f"({confirmation_words(trial)}); the machines your {policy.traffic_rps:g} req/s needs are not offered: "
+                f"the planned rate did not hold for {length} on this machine")
+    if trial is not None:
+        head += f" ({confirmation_words(trial)})"
     cost = record_cost(record, policy)
     basis = " on the lower bound" if capacity.low_rps is not None else ""
     if cost is None:  # no price (or no req/s to plan on): the instances still follow from the traffic

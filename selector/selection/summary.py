@@ -6,7 +6,7 @@ from typing import Any
 
 from selector.config import PolicyConfig
 from selector.selection.checks import WEIGHTED, check_task
-from selector.selection.cost import traffic_sentence
+from selector.selection.cost import confirmation_words, duration_words, planning_capacity, traffic_sentence
 from selector.selection.evidence import Evidence
 from selector.selection.precision import record_bits
 from selector.selection.ranking import OBJECTIVE_TEXT, Ranking, format_objective
@@ -111,8 +111,10 @@ def write_summary(
         traffic = traffic_sentence(evidence[winner].record, policy)
         what = ("the cheapest variant at your traffic" if policy.objective == "cost_at_traffic" and traffic
                 else f"the {adjective} variant ({objective})")
+        caveat = (" (ranked by a capacity its confirmation run did not hold)"
+                  if policy.objective == "cost_at_traffic" and unconfirmed(evidence, ranking, policy) else "")
         return (
-            f"Recommend {winner}: {what}{that} — "
+            f"Recommend {winner}: {what}{that}{caveat} — "
             f"{_task_evidence(evidence[winner], checks, reference)}; {eligible}."
             + (f" {traffic}." if traffic else "")
         )
@@ -156,6 +158,7 @@ def collect_warnings(
                 f"A floor names {task!r}, which no completed variant measured: every variant fails it."
             )
     warnings += _small_n(evidence)
+    warnings += unconfirmed(evidence, ranking, policy)
     if policy.ci_method == "bootstrap":
         lacking = sorted({f"{ev.name} ({task})" for ev in evidence.values()
                           for task, iv in ev.intervals.items() if iv.method != "bootstrap"})  # fmt: skip
@@ -176,6 +179,22 @@ def collect_warnings(
                 f"{row['delta'] * 100:+.0f} points."
             )
     return warnings
+
+
+def unconfirmed(evidence: dict[str, Evidence], ranking: Ranking, policy: PolicyConfig) -> list[str]:
+    """The winner's capacity whose confirmation run (the planned rate, for measure.load.confirm_s)
+    broke the SLO: its plan is not offered, and a ranking on cost at the traffic stood on it."""
+    winner = ranking.winner
+    capacity = planning_capacity(evidence[winner].record) if winner is not None else None
+    trial = capacity.confirmation if capacity is not None else None
+    if trial is None or trial.held:
+        return []
+    length = duration_words(trial.window_s)
+    ranked = (" The ranking on cost at your traffic used that capacity all the same."
+              if policy.objective == "cost_at_traffic" else "")
+    return [f"{winner}'s planned rate, {trial.rate_rps:.3g} req/s, did not hold for {length} on this machine "
+            f"({confirmation_words(trial)}): no plan of machines is offered on it; re-run the capacity search, "
+            f"or plan below {trial.rate_rps:.3g} req/s per machine.{ranked}"]
 
 
 def _small_n(evidence: dict[str, Evidence]) -> list[str]:

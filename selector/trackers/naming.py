@@ -117,6 +117,7 @@ def record_metrics(record: RunRecord) -> dict[str, float]:
             value = getattr(capacity, name)
             if value is not None:
                 m[f"{base}/{metric}"] = value
+        m.update(confirmation_metrics(base, capacity))
     if record.memory:
         mem = record.memory
         m["memory/weight_gb"] = mem.weight_bytes / GB
@@ -137,6 +138,26 @@ def record_metrics(record: RunRecord) -> dict[str, float]:
         m["quant/time_s"] = record.quant.quantize_s
     for stage, seconds in record.timings_s.items():
         m[f"time/{stage}_s"] = seconds
+    return m
+
+
+def confirmation_metrics(base: str, capacity: Any) -> dict[str, float]:
+    """The confirmation run at the planned rate (CapacityResult.confirmation), when the search has one:
+    capacity/confirm_held (1: every limit held), confirm_rps (the rate run), confirm_s (its judged
+    window), confirm_<slo key> and confirm_<slo key>_rise (ms; absent: it fell on a failed request),
+    confirm_margin, confirm_served_rps, confirm_errors, confirm_judged_requests."""
+    t = capacity.confirmation
+    if t is None:
+        return {}
+    m = {f"{base}/confirm_held": float(t.held), f"{base}/confirm_rps": t.rate_rps, f"{base}/confirm_s": t.window_s,
+         f"{base}/confirm_warmup_s": t.warmup_s, f"{base}/confirm_served_rps": t.level.request_throughput,
+         f"{base}/confirm_errors": float(t.level.errors), f"{base}/confirm_judged_requests": float(t.judged_requests)}
+    if t.margin is not None:
+        m[f"{base}/confirm_margin"] = t.margin
+    for key, check in t.checks.items():  # capacity/confirm_e2e_ms_p95, capacity/confirm_e2e_ms_p95_rise
+        for field, suffix in (("estimate", ""), ("rise", "_rise")):
+            if check.get(field) is not None:
+                m[f"{base}/confirm_{key}{suffix}"] = check[field]
     return m
 
 
@@ -194,7 +215,23 @@ def record_tags(record: RunRecord) -> dict[str, str]:
         # stopped early by adaptive search: the floor that was out of reach, not a failure
         **({"selector.search": record.search.strategy} if record.search else {}),
         **({"selector.stopped_by": record.search.stopped_by[:5000]} if record.search and record.search.stopped_by else {}),
+        **confirmation_tags(record),
     }
+
+
+def confirmation_tags(record: RunRecord) -> dict[str, str]:
+    """selector.plan_confirmed: held | did not hold, for the capacity a plan stands on (the rate
+    search's, else the concurrency search's), and why not (its note, log tail and all)."""
+    from selector.selection.cost import planning_capacity
+
+    capacity = planning_capacity(record)
+    t = capacity.confirmation if capacity is not None else None
+    if t is None:
+        return {}
+    tags = {"selector.plan_confirmed": "held" if t.held else "did not hold"}
+    if not t.held and t.note:
+        tags["selector.plan_confirm_note"] = t.note[:5000]
+    return tags
 
 
 def flip_metrics(verdict: Any) -> dict[str, float]:

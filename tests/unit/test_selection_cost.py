@@ -9,7 +9,7 @@ from selector.config import PolicyConfig
 from selector.errors import ConfigError
 from selector.selection import select
 from selector.selection.cost import HOURS_PER_MONTH, record_cost, slo_words, traffic_cost, traffic_sentence
-from selector.records import CapacityResult, CapacityStep, LoadLevel
+from selector.records import CapacityConfirmation, CapacityResult, CapacityStep, LoadLevel
 from tests.factories import perf, run_record, task_result
 
 
@@ -240,3 +240,91 @@ def test_a_run_that_never_crossed_is_said_where_the_combined_runs_fail_below_the
     assert held(c).sub == "fails at 4.00"
     c.failed_rps = 2.2  # one run failed at every rate it tried: the combined runs are over from 2.2
     assert held(c).sub == "runs combined: over from 2.20"
+
+
+# ---- the confirmation run at the planned rate (measure.load.confirm_s) ----------------------------
+SERVER_DIED = ("3 of 470 requests failed; the first: Server disconnected; the server exited with status 1 during "
+               "the capacity search's confirmation run; last lines of /job/server.log:\nCUDA error: <out of memory>\n"
+               "Traceback [most recent call last]")
+
+
+def confirmation(held: bool, *, estimate: float | None = 1480.0, rise: float = 12.0, note: str = "",
+                 errors: int = 0) -> CapacityConfirmation:
+    """A 3-minute confirmation at interval_capacity's lower bound (2.6 req/s), after 30 s of warm-up."""
+    level = LoadLevel(rate_rps=2.6, requests=470, errors=errors, duration_s=210.0, request_throughput=2.5,
+                      output_tokens_per_s=250.0)
+    return CapacityConfirmation(rate_rps=2.6, window_s=180.0, warmup_s=30.0, held=held, margin=-0.3 if held else 0.2,
+                                checks={"e2e_ms_p95": {"estimate": estimate, "rise": rise, "limit": 2000.0}},
+                                level=level, judged_requests=410, note=note)
+
+
+def confirmed_record(trial: CapacityConfirmation | None):  # type: ignore[no-untyped-def]
+    p = perf()
+    p.capacity = interval_capacity()
+    p.capacity.probe_s, p.capacity.warmup_s, p.capacity.confirmation = 30.0, 10.0, trial
+    return run_record("mid", "int8", [task_result("t", [1.0] * 9 + [0.0])], perf=p)
+
+
+def test_a_confirmation_that_held_is_said_beside_the_plan() -> None:
+    policy = PolicyConfig(traffic_rps=10.0, cost_per_hour=1.0)
+    assert traffic_sentence(confirmed_record(confirmation(True)), policy) == (
+        "mid/int8 holds 3.1 req/s (95% interval 2.6-3.7) at p95 e2e <= 2 s on this machine (held p95 1.48 s for "
+        "3 min at 2.6 req/s); your 10 req/s needs 4 of them on the lower bound, about $2,920 per month ($1.11 per "
+        "million output tokens)")
+    # Several limits: each figure is named.
+    trial = confirmation(True, estimate=830.0)
+    trial.checks["ttft_ms_p99"] = {"estimate": 120.0, "rise": 0.0, "limit": 500.0}
+    assert "(held p95 e2e 830 ms and p99 ttft 120 ms for 3 min at 2.6 req/s); your 10 req/s needs 4" in \
+        traffic_sentence(confirmed_record(trial), policy)  # type: ignore[operator]
+    # No confirmation (confirm_s=0, or a record from before them): the sentence as it always was.
+    assert traffic_sentence(confirmed_record(None), policy) == (
+        "mid/int8 holds 3.1 req/s (95% interval 2.6-3.7) at p95 e2e <= 2 s on this machine; your 10 req/s needs "
+        "4 of them on the lower bound, about $2,920 per month ($1.11 per million output tokens)")
+
+
+def test_a_confirmation_that_did_not_hold_offers_no_machines_and_the_verdict_warns() -> None:
+    policy = PolicyConfig(floors={"t": 0.8}, objective="cost_at_traffic", traffic_rps=10.0, cost_per_hour=1.0)
+    r = confirmed_record(confirmation(False, estimate=2100.0, rise=340.0))
+    sentence = traffic_sentence(r, policy)
+    assert sentence == (
+        "mid/int8 holds 3.1 req/s (95% interval 2.6-3.7) at p95 e2e <= 2 s on this machine, but not for 3 min at "
+        "the planned 2.6 req/s (p95 2.1 s, rising 340 ms across the window, over the 2 s limit); the machines your "
+        "10 req/s needs are not offered: the planned rate did not hold for 3 min on this machine")
+    s = select([r], policy)
+    assert s.summary.endswith(f" {sentence}.") and "$" not in s.summary
+    assert "that meets every floor (ranked by a capacity its confirmation run did not hold) — " in s.summary
+    (warning,) = [w for w in s.warnings if "did not hold" in w]
+    assert warning == (
+        "mid/int8's planned rate, 2.6 req/s, did not hold for 3 min on this machine (p95 2.1 s, rising 340 ms across "
+        "the window, over the 2 s limit): no plan of machines is offered on it; re-run the capacity search, or plan "
+        "below 2.6 req/s per machine. The ranking on cost at your traffic used that capacity all the same.")
+    # A server that died during it: the first failure and the log's first line, not the whole tail.
+    died = confirmed_record(confirmation(False, estimate=None, note=SERVER_DIED, errors=3))
+    assert traffic_sentence(died, policy) == (
+        "mid/int8 holds 3.1 req/s (95% interval 2.6-3.7) at p95 e2e <= 2 s on this machine, but not for 3 min at "
+        "the planned 2.6 req/s (p95 fell on a failed request; 3 of 470 requests failed; the first: Server "
+        "disconnected; the server exited with status 1 during the capacity search's confirmation run; last lines "
+        "of /job/server.log); the machines your 10 req/s needs are not offered: the planned rate did not hold for "
+        "3 min on this machine")
+    # A held one warns of nothing.
+    assert not [w for w in select([confirmed_record(confirmation(True))], policy).warnings if "did not hold" in w]
+
+
+def test_mlflow_gets_the_confirmation_as_metrics_and_a_tag() -> None:
+    from selector.trackers.naming import record_metrics, record_tags
+
+    m = record_metrics(confirmed_record(confirmation(True)))
+    assert m["capacity/confirm_held"] == 1.0 and m["capacity/confirm_rps"] == 2.6 and m["capacity/confirm_s"] == 180
+    assert m["capacity/confirm_e2e_ms_p95"] == 1480 and m["capacity/confirm_e2e_ms_p95_rise"] == 12
+    assert m["capacity/confirm_warmup_s"] == 30 and m["capacity/confirm_served_rps"] == 2.5
+    assert m["capacity/confirm_judged_requests"] == 410 and m["capacity/confirm_errors"] == 0
+    assert m["capacity/confirm_margin"] == -0.3 and record_tags(confirmed_record(confirmation(True)))[
+        "selector.plan_confirmed"] == "held"
+    died = confirmed_record(confirmation(False, estimate=None, note=SERVER_DIED, errors=3))
+    m = record_metrics(died)
+    assert m["capacity/confirm_held"] == 0.0 and "capacity/confirm_e2e_ms_p95" not in m  # fell on a failed request
+    tags = record_tags(died)
+    assert tags["selector.plan_confirmed"] == "did not hold" and tags["selector.plan_confirm_note"] == SERVER_DIED
+    none = confirmed_record(None)
+    assert not [k for k in record_metrics(none) if "confirm" in k]
+    assert "selector.plan_confirmed" not in record_tags(none)
