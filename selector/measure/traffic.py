@@ -235,7 +235,27 @@ def run_capacity(running: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> dic
     load = cfg.measure.load
     warmup, requests = capacity_requests(tasks, cfg, running.tokenizer)
     running.prepare([*warmup, *requests])
-    return on_engine(running, load_batching(load), lambda channel: capacity(channel.probe(load), requests, warmup))
+    found = on_engine(running, load_batching(load), lambda channel: capacity(channel.probe(load), requests, warmup))
+    _server_died(running, found)
+    return found
+
+
+def _server_died(running: Any, found: dict[str, CapacityResult]) -> None:
+    """A confirmation run with failed requests may be a server that died during it (the channel
+    cannot see the server; the running engine can): then the plan fails with the server's status
+    and its log's last lines in the confirmation's note, and the search's result stays."""
+    from selector.measure.perf import SERVER_EXIT_GRACE_S
+    from selector.serving.process import ServerDiedError
+
+    planned = found.get("rate") or found.get("concurrency")
+    trial = planned.confirmation if planned is not None else None
+    if trial is None or not trial.level.errors:
+        return
+    try:
+        running.check_alive("the capacity search's confirmation run", grace_s=SERVER_EXIT_GRACE_S)
+    except ServerDiedError as e:
+        trial.held = False
+        trial.note = "; ".join(x for x in (trial.note, str(e)) if x)
 
 
 def load_levels(running: Any, requests: Sequence[GenerationRequest], cfg: LoadConfig,
