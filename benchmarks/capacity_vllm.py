@@ -46,6 +46,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=None, help="measure.load.capacity_repeats (default: selector's)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--limit", type=int, default=4, help="eval items per task (the accuracy side is not the point)")
+    p.add_argument("--capacity-on", default="both", choices=["rate", "concurrency", "both"],
+                   help="measure.load.capacity_on")
+    p.add_argument("--confirm-s", type=float, default=600.0,
+                   help="measure.load.confirm_s: the planned rate run this long after the search (0: none)")
+    p.add_argument("--stem", default=None, help="results/<stem>.{json,md} (default capacity_vllm-<model>)")
     p.add_argument("--requests", default=None, help="measure.load.requests: a request file or Mooncake-style trace")
     p.add_argument("--enforce-eager", action="store_true", help="skip vLLM's compile (quick checks, not measurements)")
     p.add_argument("--max-load", type=float, default=None, help="wait until the 1-minute load is below this")
@@ -60,7 +65,8 @@ def sweep_overrides(args: argparse.Namespace) -> list[str]:
     out = [f"model={args.model}", f"precision={args.precisions}", "engine=vllm", "search=grid", "measure=quick",
            "measure.latency.enabled=false", "measure.throughput.enabled=false", "measure.fidelity=false",
            f"evalset.limit={args.limit}", f"threads={args.threads}", "tracker=none",
-           "measure.load.capacity=true", "measure.load.capacity_on=both", f"measure.load.slo.e2e_ms_p95={args.slo_ms:g}",
+           "measure.load.capacity=true", f"measure.load.capacity_on={args.capacity_on}",
+           f"measure.load.confirm_s={args.confirm_s:g}", f"measure.load.slo.e2e_ms_p95={args.slo_ms:g}",
            f"policy.traffic_rps={args.traffic:g}", f"policy.cost_per_hour={args.cost_per_hour:g}",
            "policy.objective=cost_at_traffic", "evalset.tasks=[sentiment,arithmetic]",
            # floors at 0: a pure cost verdict (a few items a task measure no accuracy worth a floor)
@@ -98,12 +104,26 @@ def search_figures(cap: dict[str, Any]) -> dict[str, Any]:
         "output_tokens_per_s": cap["output_tokens_per_s"], "cpu_util_pct": cap["cpu_util_pct"],
         "input_tokens_per_request": cap.get("input_tokens_per_request"),
         "output_tokens_per_request": cap.get("output_tokens_per_request"), "note": cap["note"],
+        "probe_s": cap.get("probe_s"), "warmup_s": cap.get("warmup_s"), "confirmation": confirmation(cap),
         "steps": [{"level": s.get("rate_rps") or s.get("concurrency"), "run": s.get("repeat", 0), "passed": s["passed"],
                    "served_rps": s["level"]["request_throughput"],
                    "e2e_p95_ms": (s["level"].get("e2e_ms") or {}).get("p95"),
                    "prefix_cache_hit_rate": s["level"].get("prefix_cache_hit_rate"),
                    "stopped": s.get("stopped", ""), "errors": s["level"]["errors"]} for s in steps],
     }
+
+
+def confirmation(cap: dict[str, Any]) -> dict[str, Any] | None:
+    """The planned rate, run after the search: its rate, length, judged figures and whether it held."""
+    c = cap.get("confirmation")
+    if not c:
+        return None
+    lv = c["level"]
+    return {"rate_rps": c["rate_rps"], "window_s": c["window_s"], "warmup_s": c["warmup_s"], "held": c["held"],
+            "margin": c.get("margin"), "checks": c.get("checks", {}), "judged_requests": c.get("judged_requests"),
+            "requests": lv["requests"], "errors": lv["errors"], "served_rps": lv["request_throughput"],
+            "prefix_cache_hit_rate": lv.get("prefix_cache_hit_rate"), "stopped": c.get("stopped", ""),
+            "note": c.get("note", "")}
 
 
 def summarize(sweep: Path, policy: dict[str, Any]) -> dict[str, Any]:
@@ -156,6 +176,11 @@ def markdown(data: dict[str, Any]) -> str:
              f"- sweep wall time: {data['wall_s']:.0f} s ({data['wall_s'] / 60:.1f} min)", "",
              f"| variant | served as | by | capacity | {data['confidence']:.0%} interval | runs' crossings | "
              "probes (over-saturated) | search time |", "|---|---|---|---|---|---|---|---|"]
+    probe = next((c for v in data["variants"] for c in (v.get("capacity"), v.get("capacity_concurrency"))
+                  if c and c.get("probe_s")), None)
+    if probe:
+        lines.insert(len(lines) - 3, f"- each probe: {probe['warmup_s']:g} s of warm-up, then a {probe['probe_s']:g} s "
+                     f"judged window (at least {probe['requests_per_step']} requests judged), fresh prefix-cache salts")
     for v in data["variants"]:
         for on in ("capacity", "capacity_concurrency"):
             c = v.get(on)
@@ -184,15 +209,32 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append(f"| {v['variant']} | {c['planned_on']}, {fmt(c['capacity_rps'])} req/s | {c['instances']} | "
                      f"{money(c['per_month'])} | {money(c['per_million_input'])} | {money(c['per_million_output'])} | "
                      f"{money(c['per_million_total'])} |")
-    lines += ["", "Probes (level: p95 e2e ms, within?; run 0 located the boundary, runs 1+ repeated it):", ""]
+    lines += ["", "Probes (level/run: p95 e2e ms, within?, prefix-cache hits; run 0 located the boundary, runs 1+ "
+              "repeated it):", ""]
     for v in data["variants"]:
         for on in ("capacity", "capacity_concurrency"):
             c = v.get(on)
             if c is None:
                 continue
             shown = ", ".join(f"{fmt(s['level'])}/{s['run']}: {fmt(s['e2e_p95_ms'], 4)} {'ok' if s['passed'] else 'no'}"
-                              + (" (over-saturated)" if s["stopped"] else "") for s in c["steps"])
+                              + (" (over-saturated)" if s["stopped"] else "")
+                              + ("" if s["prefix_cache_hit_rate"] is None else f" {s['prefix_cache_hit_rate']:.1%}")
+                              for s in c["steps"])
             lines.append(f"- {v['variant']} by {c['on']}: {shown}" + (f". {c['note']}" if c["note"] else ""))
+    confirmed = [(v["variant"], c["confirmation"]) for v in data["variants"]
+                 for c in (v.get("capacity"), v.get("capacity_concurrency")) if c and c.get("confirmation")]
+    if confirmed:
+        lines += ["", "The plan, tried: the planned rate (the lower bound's req/s) run after the search, judged after "
+                  "its warm-up like a probe (estimate + rise across the window, against the limit):", "",
+                  "| variant | rate | judged window | requests judged (errors) | served req/s | p95 e2e | rise | "
+                  "prefix-cache hits | held |", "|---|---|---|---|---|---|---|---|---|"]
+        for name, c in confirmed:
+            check = next(iter(c["checks"].values()), {})
+            lines.append(f"| {name} | {fmt(c['rate_rps'])} req/s | {c['window_s']:g} s after {c['warmup_s']:g} s | "
+                         f"{c['judged_requests']} ({c['errors']}) | {fmt(c['served_rps'])} | "
+                         f"{fmt(check.get('estimate'), 4)} ms | {fmt(check.get('rise'), 3)} ms | "
+                         f"{'-' if c['prefix_cache_hit_rate'] is None else format(c['prefix_cache_hit_rate'], '.1%')} | "
+                         f"{'yes' if c['held'] else 'no'}{': ' + c['note'] if c['note'] else ''} |")
     lines += ["", f"The recommendation as the sweep printed it: {data['summary']}", ""]
     return "\n".join(lines)
 
@@ -208,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                 "load_before": before, "neighbours": neighbours.read(), "load_after": load_average(),
                 "command": "python -m selector " + " ".join(sweep_overrides(args)), "wall_s": wall,
                 "printed": printed[-4000:], **summarize(sweep, policy)}
-    stem = f"capacity_vllm-{args.model}"
+    stem = args.stem or f"capacity_vllm-{args.model}"
     cache_dir = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("cache_dir=")), None)
     if args.keep:  # committed results name no local folder
         data["args"]["keep"] = "<output>"

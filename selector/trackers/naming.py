@@ -134,6 +134,8 @@ def record_metrics(record: RunRecord) -> dict[str, float]:
     if record.fidelity:
         m["fidelity/mean_kl"] = record.fidelity.mean_kl
         m["fidelity/top1_agreement"] = record.fidelity.top1_agreement
+        # positions where a server named none of the baseline's top tokens: the KL there is only bounded
+        m["fidelity/disjoint_positions"] = float(record.fidelity.disjoint)
     if record.quant and record.quant.quantize_s is not None:
         m["quant/time_s"] = record.quant.quantize_s
     for stage, seconds in record.timings_s.items():

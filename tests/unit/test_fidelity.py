@@ -310,3 +310,15 @@ def test_probe_prompts_stop_when_the_eval_set_runs_out(tmp_path: Path) -> None:
 def test_corpus_probes_are_spread_over_the_corpus() -> None:
     probes = corpus_probes(4)
     assert len(probes) == 4 and len(set(probes)) == 4
+
+
+def test_mlflow_gets_how_many_positions_a_server_named_none_of_the_baselines_tokens() -> None:
+    from selector.records import FidelityResult
+    from selector.trackers.naming import record_metrics
+    from tests.factories import run_record
+
+    record = run_record("m", "int8")
+    record.fidelity = FidelityResult(baseline="m/bf16", mean_kl=3.65, top1_agreement=0.0, positions=1152,
+                                     method="top-20", disjoint=300)
+    metrics = record_metrics(record)
+    assert metrics["fidelity/disjoint_positions"] == 300.0 and metrics["fidelity/mean_kl"] == 3.65
