@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from selector.records_answers import LoadAnswers
+
 SCHEMA_VERSION = 1
 
 # stopped: an adaptive search stopped it early, a floor out of reach; not_needed: the search did not
@@ -159,6 +161,9 @@ class LoadLevel(StrictModel):
     # Share of the prompt tokens the server found in its prefix cache during the level (vLLM's
     # prefix_cache_hits / prefix_cache_queries counters, differences of two scrapes); None: no such counters.
     prefix_cache_hit_rate: float | None = None
+    # The eval items' answers at this level against the variant's answers at rest (None: the level
+    # sent no eval item, e.g. a request file's rows, or a record from before answers were scored)
+    answers: LoadAnswers | None = None
 
     @property
     def running_mean(self) -> float | None:

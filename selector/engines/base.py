@@ -17,6 +17,14 @@ Prompt = Union[str, Messages]
 Progress = Callable[[int], None]  # called with the number of requests just finished
 
 
+@dataclass(frozen=True)
+class ItemRef:
+    """The eval item a load-test request was made from: its task and item id."""
+
+    task: str
+    id: str
+
+
 @dataclass
 class GenerationRequest:
     prompt: Prompt
@@ -32,6 +40,10 @@ class GenerationRequest:
     # so that no request is served from another's cached prompt unless the traffic declares the
     # sharing; sent only to an engine that says it takes salts (engine.prefix_cache=salt).
     cache_salt: str | None = None
+    # The eval item this request was made from (a load test's request from the eval set, with its
+    # task's prompt, answer length and stop sequences): its answer under load is scored against the
+    # item's answer at rest (selector.measure.answers). None: a request file's row, a measurement.
+    item: ItemRef | None = None
 
 
 @dataclass

@@ -6,7 +6,9 @@ perfect answer) with the probability the config gives that variant on that task,
 otherwise (an empty generation; the gold choice ranked below another). Which items it gets right is
 a fixed function of the variant, the task and the item, so a sweep is the same every time. Timed
 requests behave like a server with `slots` requests computing at once: the first token after
-`ttft_ms`, then one every `ms_per_token`, queueing when every slot is busy (a known service time).
+`ttft_ms`, then one every `ms_per_token`, queueing when every slot is busy (a known service time);
+they answer as the evaluation does, except that `load_flip` can move an item's answer when another
+request computes beside it (answers under load).
 Nothing is converted or quantized, and its memory is plan's estimate of the weights.
 
 Fidelity runs as for an in-process model, on made-up distributions: a prompt's tokens are its words
@@ -39,6 +41,10 @@ class ScriptedEngineConfig:
     # a model name (the most specific that names the variant wins), values {task: probability}.
     accuracy: dict[str, dict[str, float]] = field(default_factory=dict)
     default_accuracy: float = 1.0  # for a task no entry names
+    # Answers that move under load: per variant (keys as accuracy's), the chance that a timed request
+    # answering while another computes gets the other answer than at rest (right <-> wrong), a fixed
+    # draw per (variant, task, item); alone, it answers as at rest.
+    load_flip: dict[str, float] = field(default_factory=dict)
     ttft_ms: float = 5.0
     ms_per_token: float = 1.0
     slots: int = 4  # requests computing at once; the rest wait
@@ -63,6 +69,9 @@ class ScriptedEngine(Engine):
             for task, p in tasks.items():
                 if not 0 <= float(p) <= 1:
                     raise origin.error(f"engine.accuracy.{name}.{task}", f"must be a probability in [0, 1], got {p!r}")
+        for name, p in self.config.load_flip.items():
+            if not 0 <= float(p) <= 1:
+                raise origin.error(f"engine.load_flip.{name}", f"must be a probability in [0, 1], got {p!r}")
 
     def start(self, ctx: StartContext) -> ScriptedRunning:
         return ScriptedRunning(self.config, ctx)
@@ -114,11 +123,22 @@ class ScriptedRunning(Running):
         draw = _draw(self.config.seed, self.cfg.model.name, self.cfg.precision.name, task, item) / 2**64
         return draw < self.probability(task)
 
+    def answer(self, prompt: Prompt, crowded: bool = False) -> str:
+        """The item's target when this variant gets it right, else nothing; crowded (another request
+        computing beside it): the other one, for an item that load_flip's draw moves."""
+        task, item, target = self.answers.get(_key(prompt), ("", "", ""))
+        right = bool(task) and self.right(task, item)
+        if task and crowded:
+            names = (f"{self.cfg.model.name}/{self.cfg.precision.name}", self.cfg.precision.name, self.cfg.model.name)
+            flip = next((float(self.config.load_flip[n]) for n in names if n in self.config.load_flip), 0.0)
+            draw = _draw(self.config.seed, "load", self.cfg.model.name, self.cfg.precision.name, task, item) / 2**64
+            right ^= draw < flip
+        return target if right else ""
+
     def generate(self, requests: list[GenerationRequest], progress: Any = None) -> list[Generation]:
         out = []
         for r in requests:
-            task, item, target = self.answers.get(_key(r.prompt), ("", "", ""))
-            text = target if task and self.right(task, item) else ""
+            text = self.answer(r.prompt)
             out.append(Generation(text=text, prompt_tokens=len(self.render(r.prompt).split()),
                                   output_tokens=len(text.split())))
         if progress:
@@ -156,17 +176,23 @@ class ScriptedRunning(Running):
         from selector.measure.utilization import UtilizationMonitor, own_process
 
         slots = asyncio.Semaphore(self.config.slots)
+        computing = [0]
 
         async def send(request: GenerationRequest) -> RequestTrace:
             trace = RequestTrace(sent=time.perf_counter())
             async with slots:
+                computing[0] += 1
                 trace.picked = trace.compute_start = time.perf_counter()
+                trace.text = self.answer(request.prompt, crowded=computing[0] > 1)
                 tokens = request.max_new_tokens
-                await asyncio.sleep(self.config.ttft_ms / 1e3)
-                trace.token_times.append(time.perf_counter())
-                for _ in range(tokens - 1):
-                    await asyncio.sleep(self.config.ms_per_token / 1e3)
+                try:
+                    await asyncio.sleep(self.config.ttft_ms / 1e3)
                     trace.token_times.append(time.perf_counter())
+                    for _ in range(tokens - 1):
+                        await asyncio.sleep(self.config.ms_per_token / 1e3)
+                        trace.token_times.append(time.perf_counter())
+                finally:
+                    computing[0] -= 1
             trace.end, trace.output_tokens = time.perf_counter(), tokens
             trace.prompt_tokens = len(self.render(request.prompt).split())
             return trace

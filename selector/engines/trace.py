@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from selector.engines.base import ItemRef
+
 
 @dataclass
 class RequestTrace:
@@ -22,6 +24,8 @@ class RequestTrace:
     # when the batch holding it started computing.
     picked: float | None = None
     compute_start: float | None = None
+    # The eval item its request was made from (GenerationRequest.item; the load driver copies it)
+    item: ItemRef | None = None
 
     @property
     def ok(self) -> bool:

@@ -171,6 +171,7 @@ async def drive_level(send: Send, requests: Sequence[GenerationRequest], *, conc
             traces[i] = await send(requests[i])
         except Exception as e:  # a send that raises is a failed request, not a failed level
             traces[i] = RequestTrace(sent=started[i], end=time.perf_counter(), error=f"{type(e).__name__}: {e}"[:300])
+        traces[i].item = requests[i].item  # whose answer it is (selector.measure.answers scores it)
 
     async def closed_loop() -> None:
         pending = iter(range(len(requests)))
@@ -208,7 +209,7 @@ async def drive_level(send: Send, requests: Sequence[GenerationRequest], *, conc
     now = time.perf_counter()
     cut = f"cut off: {saturation.reason}" if saturation is not None and saturation.reason else CUT_OFF
     for i, t0 in started.items():
-        traces.setdefault(i, RequestTrace(sent=t0, end=now, error=cut))
+        traces.setdefault(i, RequestTrace(sent=t0, end=now, error=cut, item=requests[i].item))
     return [traces[i] for i in sorted(traces)]
 
 
@@ -266,6 +267,8 @@ class Probe:
     split: Callable[[Any, Any], dict[str, Percentiles]] | None = None
     describe_split: Callable[[Any], tuple[str, str]] | None = None
     counters: Callable[[], Awaitable[dict[str, float] | None]] | None = None  # a server's counters (prefix cache)
+    # The level's traces -> its answers scored against the variant's at rest (selector.measure.answers)
+    answers: Callable[[Sequence[RequestTrace]], Any] | None = None
 
     async def warm_up(self, warmup: Sequence[GenerationRequest]) -> None:
         if not warmup:
@@ -304,6 +307,8 @@ class Probe:
             from selector.serving.prometheus import prefix_cache_hit_rate
 
             level.prefix_cache_hit_rate = prefix_cache_hit_rate(counted, await self.counters())
+        if self.answers is not None:  # after the clock, before the next level: nothing here is timed
+            level.answers = self.answers(traces)
         if self.after_level:
             self.after_level()
         _log_level(level, usage.harness_cpu_pct)
@@ -360,6 +365,10 @@ def _log_level(level: LoadLevel, harness_pct: float) -> None:
              level.errors, level.request_throughput, level.output_tokens_per_s,
              f"{e2e.p50:.0f}" if e2e else "-", f"{e2e.p95:.0f}" if e2e else "-", f"{ttft.p50:.0f}" if ttft else "-",
              f"{level.cpu_util_pct:.0f}" if level.cpu_util_pct is not None else "-", harness_pct)
+    if level.answers is not None:
+        from selector.measure.answers import describe
+
+        log.info("load %s %s", _label(level.concurrency, level.rate_rps), describe(level.answers))
     if harness_pct > 10.0:
         log.warning("the load generator used %.0f%% of the CPU at %s: latencies may be inflated", harness_pct,
                     _label(level.concurrency, level.rate_rps))

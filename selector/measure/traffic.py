@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from selector.config import SelectorConfig
-from selector.engines.base import GenerationRequest
+from selector.engines.base import GenerationRequest, ItemRef
 from selector.errors import ConfigError
 from selector.engines.spec import Batching
 from selector.measure.load_driver import (  # noqa: F401  (re-exported: the load test's one import path)
@@ -51,7 +51,8 @@ from selector.measure.requests import (
     salted,
     warmup_of,
 )
-from selector.records import CapacityResult, LoadLevel
+from selector.measure.answers import AnswerScorer
+from selector.records import CapacityResult, LoadLevel, SampleRecord
 
 T = TypeVar("T")
 CONFIRM_SEED = 10_000  # the confirmation's arrivals: a seed no search run uses
@@ -64,13 +65,20 @@ if TYPE_CHECKING:
 def load_requests(tasks: Sequence[Any], model_name: str, prompt_style: str, n: int,
                   new_tokens: int) -> list[GenerationRequest]:
     """n requests from the eval set: generation prompts interleaved across tasks (multiple-choice
-    contexts only when there are no generation tasks), cycled, each with `new_tokens` output tokens."""
+    contexts only when there are no generation tasks), cycled. Each generation request carries its
+    item (GenerationRequest.item, so its answer is scored: selector.measure.answers) and asks for
+    its task's own answer length when that fits within `new_tokens`, so its answer is the one the
+    evaluation would give; a task whose answers are longer gets `new_tokens` (its answers are cut,
+    and not scored). A multiple-choice context gets `new_tokens` and no item: nothing generated at
+    rest to compare it with."""
     from selector.tasks import build_prompt, build_requests, resolve_style
 
     per_task: list[list[GenerationRequest]] = []
     for task in tasks:
         if task.type == "generate":
-            per_task.append(list(build_requests(task, model_name, prompt_style)))  # type: ignore[arg-type]
+            cap = task.max_new_tokens if task.max_new_tokens <= new_tokens else new_tokens
+            per_task.append([dataclasses.replace(r, max_new_tokens=cap, item=ItemRef(task.name, item.id))
+                             for r, item in zip(build_requests(task, model_name, prompt_style), task.items)])
     if not per_task:  # only multiple choice: their contexts still make realistic prompts
         for task in tasks:
             style = resolve_style(task, model_name, prompt_style)
@@ -78,8 +86,7 @@ def load_requests(tasks: Sequence[Any], model_name: str, prompt_style: str, n: i
     pool = [r for group in _interleave(per_task) for r in group]
     if not pool:
         raise ConfigError("evalset", problem="the eval set has no items to build load-test requests from")
-    return [GenerationRequest(pool[i % len(pool)].prompt, new_tokens, list(pool[i % len(pool)].stop))
-            for i in range(n)]
+    return [dataclasses.replace(pool[i % len(pool)], stop=list(pool[i % len(pool)].stop)) for i in range(n)]
 
 
 def variant_requests(
@@ -218,26 +225,38 @@ def load_batching(cfg: LoadConfig) -> Batching:
     return Batching(cfg.max_batch_size, cfg.max_queue_delay_ms)
 
 
-def run_load(running: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> list[LoadLevel]:
+def run_load(running: Any, tasks: Sequence[Any], cfg: SelectorConfig,
+             at_rest: Sequence[SampleRecord] | None = None) -> list[LoadLevel]:
     """The load test of a variant through its running engine, for PerfResult.load (a trace's
-    prompts synthesised with the engine's tokenizer)."""
+    prompts synthesised with the engine's tokenizer). at_rest: the variant's evaluation samples,
+    which every level's answers are scored against (selector.measure.answers)."""
     load = cfg.measure.load
     warmup, requests = variant_requests(tasks, cfg, running.tokenizer)
     running.prepare([*warmup, *requests])
-    outcomes = on_engine(running, load_batching(load),
-                         lambda channel: ladder(channel.probe(load), requests, warmup, _replay(requests, load)))
+    scorer = AnswerScorer.for_variant(tasks, cfg, at_rest)
+    outcomes = on_engine(running, load_batching(load), lambda channel: ladder(
+        scoring(channel.probe(load), scorer), requests, warmup, _replay(requests, load)))
     return [o.level for o in outcomes]
 
 
-def run_capacity(running: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> dict[str, CapacityResult]:
+def run_capacity(running: Any, tasks: Sequence[Any], cfg: SelectorConfig,
+                 at_rest: Sequence[SampleRecord] | None = None) -> dict[str, CapacityResult]:
     """The capacity searches (measure.load.capacity_on) through the variant's running engine, for
-    PerfResult.capacity (rate) and capacity_concurrency."""
+    PerfResult.capacity (rate) and capacity_concurrency; every probe's and the confirmation's
+    answers scored against at_rest, as run_load's levels."""
     load = cfg.measure.load
     warmup, requests = capacity_requests(tasks, cfg, running.tokenizer)
     running.prepare([*warmup, *requests])
-    found = on_engine(running, load_batching(load), lambda channel: capacity(channel.probe(load), requests, warmup))
+    scorer = AnswerScorer.for_variant(tasks, cfg, at_rest)
+    found = on_engine(running, load_batching(load),
+                      lambda channel: capacity(scoring(channel.probe(load), scorer), requests, warmup))
     _server_died(running, found)
     return found
+
+
+def scoring(probe: Probe, scorer: AnswerScorer | None) -> Probe:
+    """The probe with every level's answers scored (scorer None: as it is)."""
+    return probe if scorer is None else dataclasses.replace(probe, answers=scorer.level)
 
 
 def _server_died(running: Any, found: dict[str, CapacityResult]) -> None:

@@ -53,6 +53,7 @@ class VariantRun:
         self.phases: dict[str, PeakMemory] = {}  # the preparation process's peak, when it ran
         self.quantized_here = False  # the preparation process quantized the artifact the engine then loads
         self.tasks: list[Any] = []
+        self.at_rest: list[SampleRecord] = []  # the evaluation's answers, which the load test's are compared with
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
@@ -156,7 +157,7 @@ class VariantRun:
                 self.record.fidelity = measure_fidelity(running, tasks, cfg)
         with self.timed("measure"):
             self.record.perf = PerfResult(device=device)
-            measure_perf(running, tasks, cfg, self.record.perf)
+            measure_perf(running, tasks, cfg, self.record.perf, self.at_rest)
 
     def _spares_siblings(self) -> bool:
         """A stopped baseline too far below a floor for any quantized copy to pass it: the search
@@ -281,6 +282,7 @@ class VariantRun:
             outcome = evaluation.run(tasks, self.store, score, seed=evaluation.order_seed_of(cfg), round_size=round_size,
                                      stopper=self.stopper, reference=self.reference, strategy=cfg.search.strategy)
         by_name = {t.name: t for t in tasks}
+        self.at_rest = [r for samples in outcome.samples.values() for r in samples.values()]
         with self.files.samples.open("w") as sink:
             for name, samples in outcome.samples.items():
                 sink.write("".join(r.model_dump_json() + "\n" for r in samples.values()))

@@ -56,6 +56,9 @@ class Metric:
     multiple_choice: bool = False  # scores a chosen choice (loglikelihood), not generated text
     required_fields: Callable[[Mapping[str, Any]], list[str]] = lambda args: []
     check_target: Callable[[str, Mapping[str, Any]], str | None] = lambda target, args: None
+    # Runs the model's output in a sandbox (tens of ms a score): the load test scores such answers
+    # within a budget (selector.measure.answers)
+    sandboxed: bool = False
 
     def resolve_args(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults merged with `given`; raises MetricArgError on unknown names or wrong types."""
@@ -264,7 +267,7 @@ F1 = Metric("f1", True, False, _f1, {"ignore_case": True})
 CODE_TESTS = Metric(
     "code_tests", True, True, _code_tests,
     {"prepend_prompt": False, "tests_field": "tests", "timeout_s": 10.0, "memory_mb": 512},
-    required_fields=lambda args: [args["tests_field"]],
+    required_fields=lambda args: [args["tests_field"]], sandboxed=True,
 )
 CHOICE_ACCURACY = Metric(
     "choice_accuracy", True, True, _choice_accuracy, {"normalize": "none"},
