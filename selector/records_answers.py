@@ -79,3 +79,37 @@ class LoadAnswers(_Strict):
     @property
     def share(self) -> float | None:
         return self.changed / self.compared if self.compared else None
+
+
+CAPACITY = "capacity"  # the level key of the capacity search's confirmation run, at the planned rate
+
+
+def level_key(concurrency: int | None, rate_rps: float | None, replay_scale: float | None = None) -> str:
+    """A load level's key, as policy.floors_under_load names it: "c8" (concurrency 8), "r2.5" (2.5
+    req/s), "recorded" (a request file's arrival times); the confirmation run is CAPACITY."""
+    if concurrency is not None:
+        return f"c{concurrency}"
+    if replay_scale is not None:
+        return "recorded"
+    return f"r{rate_rps:g}"
+
+
+def answer_metrics(base: str, answers: LoadAnswers, prefix: str = "") -> dict[str, float]:
+    """MLflow metrics of one level's answers: <base>/<prefix>answers_changed, answers_changed_share,
+    answers_compared, answers_failed, answers_p (the level's Holm-adjusted p) and, per task,
+    answers_changed/<task>, accuracy/<task>, accuracy_ci_low/<task>, accuracy_ci_high/<task>,
+    accuracy_at_rest/<task> (the same items at rest) and answers_p/<task>."""
+    m = {f"{base}/{prefix}answers_changed": float(answers.changed),
+         f"{base}/{prefix}answers_compared": float(answers.compared),
+         f"{base}/{prefix}answers_failed": float(answers.failed)}
+    if answers.share is not None:
+        m[f"{base}/{prefix}answers_changed_share"] = answers.share
+    if answers.p_value is not None:
+        m[f"{base}/{prefix}answers_p"] = answers.p_value
+    for task, t in answers.tasks.items():
+        m[f"{base}/{prefix}answers_changed/{task}"] = float(t.changed)
+        for name, value in (("accuracy", t.value), ("accuracy_ci_low", t.ci_low), ("accuracy_ci_high", t.ci_high),
+                            ("accuracy_at_rest", t.at_rest), ("answers_p", t.p_value)):
+            if value is not None:
+                m[f"{base}/{prefix}{name}/{task}"] = value
+    return m

@@ -1,7 +1,8 @@
 """Metric, param and tag names for a RunRecord: one place, so every run compares cleanly in the UI.
 
 Metrics are grouped by a prefix and a slash (accuracy/<task>, latency/ttft_ms_p50, memory/weight_gb,
-...). Load-test figures use the concurrency level as the MLflow step of `load/<metric>`.
+...). Load-test figures use the concurrency level as the MLflow step of `load/<metric>`, the
+answers under load among them (load/answers_changed, load/accuracy/<task>, ...: answer_metrics).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 from selector.serving.diagnosis import shares
 from selector.records import RunRecord, setting_label
+from selector.records_answers import answer_metrics
 
 GB = 2**30
 
@@ -160,6 +162,8 @@ def confirmation_metrics(base: str, capacity: Any) -> dict[str, float]:
         for field, suffix in (("estimate", ""), ("rise", "_rise")):
             if check.get(field) is not None:
                 m[f"{base}/confirm_{key}{suffix}"] = check[field]
+    if t.level.answers is not None:  # capacity/confirm_answers_changed, capacity/confirm_accuracy/<task>, ...
+        m.update(answer_metrics(base, t.level.answers, prefix="confirm_"))
     return m
 
 
@@ -188,6 +192,8 @@ def load_metrics(record: RunRecord) -> list[tuple[str, float, int]]:
                 out += [(f"{base}/{metric}_{q}", getattr(p, q), step) for q in ("p50", "p90", "p95", "p99")]
         split, _ = shares(level)  # where the time went, as the report's diagnosis reads it
         out += [(f"{base}/{layer}_share", share, step) for layer, share in split.items()]
+        if level.answers is not None:  # the eval items' answers at this level against those at rest
+            out += [(name, value, step) for name, value in answer_metrics(base, level.answers).items()]
     for base, capacity in (("capacity_probe", record.perf.capacity if record.perf else None),
                            ("capacity_concurrency_probe", record.perf.capacity_concurrency if record.perf else None)):
         for i, probe in enumerate(capacity.steps if capacity else []):  # the search's probes, in order: step i
@@ -201,6 +207,8 @@ def load_metrics(record: RunRecord) -> list[tuple[str, float, int]]:
                     out.append((f"{base}/{metric}_p95", p.p95, i))
             if probe.level.prefix_cache_hit_rate is not None:
                 out.append((f"{base}/prefix_cache_hit_rate", probe.level.prefix_cache_hit_rate, i))
+            if probe.level.answers is not None:
+                out += [(name, value, i) for name, value in answer_metrics(base, probe.level.answers).items()]
     return out
 
 
