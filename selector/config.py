@@ -209,6 +209,11 @@ class PolicyConfig:
     # The engine the winner will be served on (vllm, tgi, hf, ...). When latency decides the verdict
     # from figures of another engine, the report says so at the top: rankings flip between engines.
     deploy_engine: Optional[str] = None
+    # A load level's key (c8, r2.5, or capacity: the capacity search's confirmation run at the planned
+    # rate): the floors are judged on the answers at that level too, by the same rule as at rest
+    # (docs/load-testing.md, "Answers under load"). None: the verdict only warns when answers under
+    # load differ significantly from those at rest.
+    floors_under_load: Optional[str] = None
 
 
 @dataclass

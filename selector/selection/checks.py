@@ -61,6 +61,10 @@ def validate_policy(policy: PolicyConfig) -> None:
             raise bad(field, f"a memory budget must be > 0 GB, got {budget}")
     for key in policy.latency_limits:
         parse_latency_key(key)
+    from selector.selection.under_load import check_level_key
+
+    if (problem := check_level_key(policy.floors_under_load)) is not None:
+        raise bad("floors_under_load", problem)
     if policy.objective == "cost" and not policy.price_per_hour:
         raise bad("price_per_hour", "objective=cost needs the hardware price in USD per hour")
     if policy.objective == "cost_at_traffic":
@@ -184,7 +188,9 @@ def build_checks(
         for task in sorted(reference.record.tasks):  # what the reference measured is the yardstick
             margin = policy.margins.get(task, policy.default_margin)
             checks.append(non_inferiority_check(ev, task, margin, reference.name, policy.confidence))
-    return checks + measured_checks(ev.record, policy)
+    from selector.selection.under_load import load_checks  # the floors again, on the answers under load
+
+    return checks + load_checks(ev, policy, tasks) + measured_checks(ev.record, policy)
 
 
 def measured_checks(record: RunRecord, policy: PolicyConfig) -> list[Check]:
@@ -205,9 +211,10 @@ def measured_checks(record: RunRecord, policy: PolicyConfig) -> list[Check]:
 
 
 def is_hypothesis(check: Check) -> bool:
-    """An accuracy floor or a non-inferiority margin: a claim about the variant's accuracy that the
-    policy's level controls (and the fixed sequence walks), as opposed to a measured constraint."""
-    return check.name.startswith(("accuracy:", "non_inferiority:"))
+    """An accuracy floor (at rest, or under load: accuracy@<level>:<task>) or a non-inferiority
+    margin: a claim about the variant's accuracy that the policy's level controls (and the fixed
+    sequence walks), as opposed to a measured constraint."""
+    return check.name.startswith(("accuracy:", "accuracy@", "non_inferiority:"))
 
 
 def check_task(check: Check) -> str | None:

@@ -20,8 +20,9 @@ MAX_EVIDENCE_TASKS = 6  # keep the sentence readable
 def _constraint_words(policy: PolicyConfig, checks: list[Check]) -> str:
     kinds = []
     names = [c.name for c in checks if c.rule != "info"]
-    if any(n.startswith("accuracy:") for n in names):
-        kinds.append("floor")
+    if any(n.startswith(("accuracy:", "accuracy@")) for n in names):
+        kinds.append("floor" + (f" (at rest and at {policy.floors_under_load})"
+                                if any(n.startswith("accuracy@") for n in names) else ""))
     if any(n.startswith("non_inferiority:") for n in names):
         kinds.append("margin")
     if any(n.startswith("max_") for n in names):
@@ -136,7 +137,9 @@ def collect_warnings(
     noise_floor: dict[str, float],
     sensitivity_rows: list[dict[str, Any]],
 ) -> list[str]:
-    warnings: list[str] = engine_mismatch(records, policy) + missing_load(records)
+    from selector.selection.under_load import load_warnings
+
+    warnings: list[str] = engine_mismatch(records, policy) + missing_load(records) + load_warnings(records, policy)
     if evidence and reference is None:
         warnings.append("No reference: no completed variant has task results; nothing is compared pairwise.")
     if reference is not None:

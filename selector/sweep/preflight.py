@@ -74,12 +74,18 @@ def resolve_policy(cfg: SelectorConfig, origin: Origin) -> tuple[Any, list[str]]
     from selector.tasks.evalset_policy import read_evalset_policy
     from selector.tasks.loader import locate_evalset
 
+    from selector.selection.under_load import floors_under_load_problem
+
     _validate_policy(cfg, origin)
     folder = locate_evalset(cfg.evalset.path)
-    run_tasks = [t.name for t in load_tasks(cfg)[0]]
+    tasks = load_tasks(cfg)[0]
+    run_tasks = [t.name for t in tasks]
     all_tasks = run_tasks if cfg.evalset.tasks is None else [t.name for t in _evalset(cfg.evalset.path, None, 1)[0]]
-    return check_floor_tasks(cfg.policy, read_evalset_policy(folder), run_tasks, all_tasks,
-                             lambda task: origin.where(f"policy.floors.{task}"), str(cfg.evalset.path))
+    policy, notices = check_floor_tasks(cfg.policy, read_evalset_policy(folder), run_tasks, all_tasks,
+                                        lambda task: origin.where(f"policy.floors.{task}"), str(cfg.evalset.path))
+    if (problem := floors_under_load_problem(policy, cfg.measure.load, tasks)) is not None:
+        raise origin.error("policy.floors_under_load", problem)  # a level the load test does not run, ...
+    return policy, notices
 
 
 def _validate_policy(cfg: SelectorConfig, origin: Origin) -> None:
