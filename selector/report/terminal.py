@@ -98,7 +98,43 @@ def render_terminal_summary(records: list[RunRecord], selection: Selection) -> R
     panel = Panel(Group(*body), title="Recommendation", title_align="left", border_style="blue")
     load = _load_table(records, selection.settings)
     capacity = _capacity_table(records, selection)
-    return Group(panel, table, *(part for part in (capacity, load) if part is not None))
+    answers = _answers_table(records)
+    return Group(panel, table, *(part for part in (capacity, load, answers) if part is not None))
+
+
+def _answers_table(records: list[RunRecord]) -> RenderableType | None:
+    """Answers under load, when some level changed an answer: per variant and level, the answers that
+    differ from those at rest, each task's accuracy against the same items at rest, the level's p."""
+    from selector.report.answers_view import answer_levels, probe_levels
+
+    def moved(r: RunRecord) -> bool:
+        return (any(a.changed for _, a in answer_levels(r))
+                or any(lv.answers is not None and lv.answers.changed for lv in probe_levels(r)))
+
+    changed = [r for r in order_records(records) if moved(r)]
+    if not changed:
+        return None
+    table = RichTable(title="Answers under load (against the same variant at rest)", title_justify="left",
+                      header_style="bold")
+    for header in ("variant", "level", "changed", "accuracy under load vs at rest", "p (Holm)"):
+        table.add_column(header, justify="right" if header in ("changed", "p (Holm)") else "left",
+                         no_wrap=header != "accuracy under load vs at rest")
+    for r in changed:
+        for label, a in answer_levels(r):
+            tasks = ", ".join(f"{task} {fmt.pct(t.value)} vs {fmt.pct(t.at_rest)}" for task, t in a.tasks.items()
+                              if t.value is not None) or "not scored"
+            table.add_row(Text(r.name), Text(label),
+                          Text(f"{a.changed} of {a.compared}" + (f" ({a.share:.0%})" if a.share is not None else ""),
+                               style="yellow" if a.changed else ""),
+                          Text(tasks), Text(fmt.pvalue(a.p_value),
+                                            style="red" if a.p_value is not None and a.p_value < 0.05 else ""))
+        probes = probe_levels(r)
+        if probes:
+            total = sum(lv.answers.compared for lv in probes)  # type: ignore[union-attr]
+            moved = sum(lv.answers.changed for lv in probes)  # type: ignore[union-attr]
+            table.add_row(Text(r.name), Text(f"capacity probes ({len(probes)})"), Text(f"{moved} of {total}"),
+                          Text("per probe in the report, the record and MLflow", style="dim"), Text(fmt.DASH))
+    return table
 
 
 def _capacity_table(records: list[RunRecord], selection: Selection) -> RenderableType | None:
