@@ -67,6 +67,26 @@ def task_result(name: str, scores: Sequence[float] | Mapping[str, float] = (), *
                       item_scores=items if ids else {}, **fields)
 
 
+def load_answers(tasks: Mapping[str, tuple[Mapping[str, float], Mapping[str, float]]], *, metric: str = "numeric",
+                 binary: bool = True, failed: int = 0, examples: Sequence[Any] = (), note: str = "") -> Any:
+    """A level's LoadAnswers from, per task, (each item's mean score under load, its score at rest):
+    one request per item, an answer counted as changed where its score moved; the statistics as
+    selector.measure.answers computes them."""
+    from selector.measure.answers import _level_p, fill_statistics
+    from selector.records_answers import LoadAnswers, TaskAnswers
+
+    out = LoadAnswers(requests=failed + sum(len(load) for load, _ in tasks.values()), failed=failed,
+                      examples=list(examples), note=note)
+    for name, (load, rest) in tasks.items():
+        moved = sum(load[i] != rest[i] for i in load)
+        t = TaskAnswers(metric=metric, requests=len(load), compared=len(load), changed=moved)
+        fill_statistics(t, {i: [v] for i, v in load.items()}, dict(rest), binary, 0.95, "exact")
+        out.tasks[name] = t
+    out.compared, out.changed = sum(t.compared for t in out.tasks.values()), sum(t.changed for t in out.tasks.values())
+    out.p_value = _level_p([t.p_value for t in out.tasks.values() if t.p_value is not None])
+    return out
+
+
 def run_record(model: str, precision: str, tasks: Iterable[TaskResult] = (), *, params: int = 0, family: str = "",
                status: str = "completed", reason: str = "", weight_bytes: int | None = None,
                key: str | None = None, **fields: Any) -> RunRecord:
