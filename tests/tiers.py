@@ -41,6 +41,8 @@ FILE_SECONDS: dict[str, float] = {  # junit times of make test, 2-core Xeon, 202
     "tests/integration/test_vllm_faults.py": 53,
     "tests/integration/test_openai_sweep.py": 52,
     "tests/integration/test_mlflow_ui.py": 51,
+    # not from the junit run above: alone, on a quiet 2-core machine (the tiny model's build included)
+    "tests/integration/test_load_answers.py": 53,
     "tests/integration/test_serving_settings.py": 45,
     "tests/integration/test_gpu_check.py": 42,
     "tests/integration/test_notebook.py": 38,

@@ -117,3 +117,38 @@ def test_levels_flow_into_metrics_plots_and_selection(tiny: Any) -> None:
 
     for plot in (latency_vs_concurrency([record]), throughput_vs_latency([record])):
         assert plot is not None and plot.svg.startswith("<svg") and "tiny/fp32" in plot.svg
+
+
+def test_each_levels_answers_through_the_batcher_are_compared_with_the_evaluations(tiny: Any) -> None:
+    """Answers under load in-process: the requests made from eval items go through the dynamic
+    batcher, which cuts each text at the task's stop sequence as the evaluation does; every level's
+    answers are compared with the evaluation's, item by item, as counted here from the traces."""
+    from statistics import mean
+
+    from selector.measure.answers import AnswerScorer
+    from selector.measure.traffic import ladder, load_batching, on_engine, scoring, variant_requests
+    from selector.tasks import evaluate_task
+
+    cfg = config("measure.load.new_tokens=16", "measure.load.concurrency=[1,4]", "measure.load.requests_per_level=8")
+    tasks, load = tasks_for(cfg), cfg.measure.load
+    at_rest = [s for t in tasks if t.type == "generate" for s in evaluate_task(tiny, t, "tiny", "chat")[1]]
+    warmup, requests = variant_requests(tasks, cfg)
+    tiny.prepare([*warmup, *requests])
+    scorer = AnswerScorer.for_variant(tasks, cfg, at_rest)
+    outcomes = on_engine(tiny, load_batching(load),
+                         lambda channel: ladder(scoring(channel.probe(load), scorer), requests, warmup))
+    rest = {(s.task, s.id): s for s in at_rest}
+    for outcome in outcomes:
+        answers, traces = outcome.level.answers, outcome.traces
+        assert answers is not None and (answers.requests, answers.failed) == (8, 0)
+        assert [t.item for t in traces] == [r.item for r in requests]
+        compared = [t for t in traces if t.item.task != "code"]  # code's 160-token answers: cut at 16, not compared
+        assert answers.compared == len(compared)
+        assert answers.changed == sum(t.text.strip() != rest[(t.item.task, t.item.id)].output.strip() for t in compared)
+        assert answers.tasks["code"].compared == 0 and "(max_new_tokens 160)" in answers.tasks["code"].note
+        for name in ("arithmetic", "extraction"):
+            mine = [t for t in traces if t.item.task == name]
+            got = answers.tasks[name]
+            assert got.requests == got.compared == got.scored == len(mine)
+            items = sorted({t.item.id for t in mine})
+            assert got.items == len(items) and got.at_rest == pytest.approx(mean(rest[(name, i)].score for i in items))
