@@ -116,6 +116,15 @@ def test_vllm_serves_each_setting_evaluates_load_tests_and_stops(setup: dict[str
             assert lv["queue_ms"]["p50"] <= 2 * lv["queue_ms"]["mean"] + 1e-9  # held under the mean's bound
             assert lv["output_tokens_per_s"] * lv["duration_s"] == pytest.approx(6 * 8, rel=0.01)  # 8 tokens each
             assert lv["decode_ms"]["mean"] > 0 and lv["itl_ms"]["n"] > 0  # so vLLM decoded them
+            # Answers under load: the 3 arithmetic items cycled (sentiment, multiple choice, is not sent),
+            # each answer compared with the served evaluation's and scored; accuracy over the items.
+            answers, arith = lv["answers"], lv["answers"]["tasks"]["arithmetic"]
+            assert (answers["requests"], answers["failed"], answers["compared"]) == (6, 0, 6)
+            assert (arith["requests"], arith["scored"], arith["items"]) == (6, 6, 3) and 0 <= arith["changed"] <= 6
+            assert arith["at_rest"] == pytest.approx(record["tasks"]["arithmetic"]["value"])
+            assert arith["test"] in ("mcnemar", "wilcoxon") and 0 <= arith["p_value"] <= 1
+            print(f"max_num_seqs={seqs} c={lv['concurrency']}: {answers['changed']} of 6 answers differ from the "
+                  f"evaluation's; arithmetic {arith['value']:.3f} under load, {arith['at_rest']:.3f} at rest")
         c2 = levels[1]
         running[seqs] = c2["compute_ms"]["mean"] * c2["compute_ms"]["n"] / 1e3 / c2["duration_s"]
         queued[seqs] = c2["queue_ms"]["mean"]
@@ -162,6 +171,11 @@ def test_vllm_replays_a_trace_searches_capacity_and_reports_its_prefix_cache_hit
         assert all(0.5 <= s["level"]["prefix_cache_hit_rate"] <= 1.0 for s in cap["steps"])
     report = (job.parent.parent / "report" / "report.md").read_text()
     assert "prefix cache" in report and "by concurrency" in report
+    # The trace's rows are not eval items: no answer of any level or probe is scored, and the report says so once.
+    assert replay["answers"] is None
+    assert all(s["level"]["answers"] is None for on in ("capacity", "capacity_concurrency")
+               for s in record["perf"][on]["steps"])
+    assert report.count("answers under load not scored: the load test sent measure.load.requests") == 1
 
 
 @pytest.mark.vllm
