@@ -104,6 +104,10 @@ class AnswerScorer:
             return None
         if at_rest is None:
             return None
+        if not any(t.type == "generate" for t in tasks):
+            log.info("answers under load: not scored, the eval set has no generation task (the load test sends the "
+                     "multiple-choice contexts, and their evaluation generated no answer to compare with)")
+            return None
         return cls(tasks, at_rest, model_name=cfg.model.name, prompt_style=cfg.model.prompt_style,
                    new_tokens=cfg.measure.load.new_tokens, confidence=cfg.policy.confidence,
                    ci_method=cfg.policy.ci_method)
