@@ -9,6 +9,8 @@ small; the same strictness: an unknown field is an error.
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -82,6 +84,17 @@ class LoadAnswers(_Strict):
 
 
 CAPACITY = "capacity"  # the level key of the capacity search's confirmation run, at the planned rate
+
+
+LEVEL_KEY = re.compile(r"^(c[1-9]\d*|r\d+(\.\d+)?|capacity)$")
+
+
+def check_level_key(key: str | None) -> str | None:
+    """The problem with a level key (policy.floors_under_load), in words; None: it is one."""
+    if key is None or LEVEL_KEY.match(str(key)):
+        return None
+    return (f"{key!r} is not a load level: name one as c<concurrency> (c8), r<requests per second> (r2.5) or "
+            f"{CAPACITY} (the capacity search's confirmation run)")
 
 
 def level_key(concurrency: int | None, rate_rps: float | None, replay_scale: float | None = None) -> str:

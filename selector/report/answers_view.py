@@ -21,7 +21,7 @@ SHOWN_CHARS = 80
 
 def answer_levels(record: RunRecord) -> list[tuple[str, LoadAnswers]]:
     """(label, answers) of the ladder's levels (lightest first) and the confirmation run."""
-    from selector.report.load_view import short_level, sorted_levels
+    from selector.report.load_view import short_level, sorted_levels  # load_view does not import this module
     from selector.selection.cost import planning_capacity
 
     out = [(short_level(lv), lv.answers) for lv in sorted_levels(record.perf.load if record.perf else [])

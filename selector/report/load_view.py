@@ -132,7 +132,6 @@ def settings_table(selection: Selection) -> Table | None:
 def load_section(records: list[RunRecord], selection: Selection | None = None) -> dict[str, Any] | None:
     """The tables and, per variant, the diagnosis at its heaviest level; None without load tests
     or capacity searches."""
-    from selector.report.answers_view import answers_section
     from selector.report.capacity_view import capacity_table, confirmation_table, curve_table, policy_of
 
     loaded = with_load(records)
@@ -146,7 +145,7 @@ def load_section(records: list[RunRecord], selection: Selection | None = None) -
             lines.append({"variant": r.name, "text": top.text})
     return {"levels": levels_table(records) if loaded else None, "split": split_table(records) if loaded else None,
             "capacity": capacity, "confirmation": confirmation_table(records), "curve": curve_table(records),
-            "headlines": lines, "answers": answers_section(records),
+            "headlines": lines,
             "settings": settings_table(selection) if selection else None,
             "settings_summary": [c.summary for c in selection.settings] if selection else []}
 

@@ -17,7 +17,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from selector.report import samples as sample_outputs
-from selector.report import compare_view, load_view, sections, view
+from selector.report import answers_view, compare_view, load_view, sections, view
 from selector.report.plots import Plot, accuracy_by_task, accuracy_vs_latency, accuracy_vs_memory
 from selector.report.plots_load import capacity_curve, latency_vs_concurrency, settings_tradeoff, throughput_vs_latency
 from selector.records import SCHEMA_VERSION, RunRecord, SampleRecord
@@ -47,6 +47,7 @@ def build_view(records: list[RunRecord], selection: Selection, context: dict[str
         "variants": view.variant_table(records, selection),
         "search": sections.search(records, context),
         "load": load_view.load_section(records, selection),
+        "answers": answers_view.answers_section(records),  # shown in the load section
         "comparison": compare_view.section(context.get("comparison"), brief=True),
         "plots": all_plots(records, selection) if with_plots else [],
         "paired": sections.paired_table(records, selection),

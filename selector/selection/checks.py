@@ -16,6 +16,7 @@ from selector.selection.measures import (
     weight_gb,
 )
 from selector.records import RunRecord
+from selector.records_answers import check_level_key
 from selector.stats_paired import noninferiority_exact_p
 from selector.verdicts import Check
 
@@ -61,8 +62,6 @@ def validate_policy(policy: PolicyConfig) -> None:
             raise bad(field, f"a memory budget must be > 0 GB, got {budget}")
     for key in policy.latency_limits:
         parse_latency_key(key)
-    from selector.selection.under_load import check_level_key
-
     if (problem := check_level_key(policy.floors_under_load)) is not None:
         raise bad("floors_under_load", problem)
     if policy.objective == "cost" and not policy.price_per_hour:
@@ -188,9 +187,7 @@ def build_checks(
         for task in sorted(reference.record.tasks):  # what the reference measured is the yardstick
             margin = policy.margins.get(task, policy.default_margin)
             checks.append(non_inferiority_check(ev, task, margin, reference.name, policy.confidence))
-    from selector.selection.under_load import load_checks  # the floors again, on the answers under load
-
-    return checks + load_checks(ev, policy, tasks) + measured_checks(ev.record, policy)
+    return checks + measured_checks(ev.record, policy)
 
 
 def measured_checks(record: RunRecord, policy: PolicyConfig) -> list[Check]:

@@ -14,6 +14,7 @@ from selector.selection.evidence import Evidence
 from selector.selection.settings import setting_rank, shared_objectives
 from selector.selection.measures import cost_per_million_tokens, e2e_p50_ms, weight_gb
 from selector.selection.sequence import blocked_check, walk
+from selector.selection.under_load import load_checks
 from selector.records import RunRecord
 from selector.verdicts import Check
 
@@ -49,6 +50,14 @@ def format_objective(objective: str, value: float) -> str:
     return f"${value:.2f} per million output tokens"
 
 
+def insert_load_checks(checks: list[Check], under_load: list[Check]) -> list[Check]:
+    """The floors judged under load (policy.floors_under_load) right after the accuracy checks, before
+    the budgets and limits, as the verdict lists them."""
+    at = next((i for i, c in enumerate(checks) if not c.name.startswith(("accuracy:", "non_inferiority:"))),
+              len(checks))
+    return checks[:at] + under_load + checks[at:]
+
+
 @dataclass
 class Ranking:
     checks: dict[str, list[Check]]  # variant -> its checks
@@ -75,7 +84,8 @@ def rank(
     fixed_sequence; variants that pass below its first failure are blocked with a check saying so.
     The walk tests the floors and margins only (a stopped variant, with no checks, fails them): a
     budget or limit is a measurement, and a variant failing one is not in the sequence at all."""
-    checks = {name: build_checks(ev, policy, tasks, reference) for name, ev in evidence.items()}
+    checks = {name: insert_load_checks(build_checks(ev, policy, tasks, reference), load_checks(ev, policy, tasks))
+              for name, ev in evidence.items()}
     if policy.winner_control == "fixed_sequence" and sequence is not None:
         passes = {name: name in checks and all(c.passed for c in checks[name] if is_hypothesis(c))
                   for name in sequence}  # fmt: skip

@@ -12,7 +12,6 @@ all of them, any below 1 - policy.confidence.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from selector.config import LoadConfig, PolicyConfig
@@ -20,16 +19,7 @@ from selector.records import RunRecord, TaskResult
 from selector.records_answers import CAPACITY, LoadAnswers, level_key
 from selector.verdicts import Check
 
-LEVEL_KEY = re.compile(r"^(c[1-9]\d*|r\d+(\.\d+)?|capacity)$")
 PREFIX = "accuracy@"  # a floor judged under load: accuracy@c8:arithmetic
-
-
-def check_level_key(key: str | None) -> str | None:
-    """The problem with policy.floors_under_load's value, in words (None: a level key)."""
-    if key is None or LEVEL_KEY.match(str(key)):
-        return None
-    return (f"{key!r} is not a load level: name one as c<concurrency> (c8), r<requests per second> (r2.5) or "
-            f"{CAPACITY} (the capacity search's confirmation run)")
 
 
 def planned_levels(load: LoadConfig) -> list[str]:
