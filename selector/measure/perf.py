@@ -18,6 +18,7 @@ def measure_perf(running: Any, tasks: Any, cfg: SelectorConfig, perf: PerfResult
     """Fills `perf` as it goes, so what was measured stays in the record if a later figure fails
     (a server that dies in the load test keeps its levels). at_rest: the variant's evaluation
     samples, the load test's answers are compared with (selector.measure.answers)."""
+    from selector.measure.answers import AnswerScorer
     from selector.measure.latency import measure_latency, measure_throughput
     from selector.measure.traffic import run_capacity, run_load
 
@@ -26,14 +27,16 @@ def measure_perf(running: Any, tasks: Any, cfg: SelectorConfig, perf: PerfResult
         perf.latency = measure_latency(running, m.latency)
     if m.throughput.enabled:
         perf.throughput = measure_throughput(running, m.throughput, latency=perf.latency)
+    # one scorer for the ladder and the capacity search: its cache and sandbox budget are the variant's
+    scorer = AnswerScorer.for_variant(tasks, cfg, at_rest) if m.load.enabled or m.load.capacity else None
     if m.load.enabled:
-        perf.load = run_load(running, tasks, cfg, at_rest)
+        perf.load = run_load(running, tasks, cfg, scorer)
         failed = [level for level in perf.load if level.errors]
         running.check_alive(f"the load test (first failed level: {_level_name(failed[0])}, {failed[0].errors} of "
                             f"{failed[0].requests} requests failed)" if failed else "the load test",
                             grace_s=SERVER_EXIT_GRACE_S if failed else 0.0)
     if m.load.capacity:  # on the same engine, after the ladder
-        found = run_capacity(running, tasks, cfg, at_rest)
+        found = run_capacity(running, tasks, cfg, scorer)
         perf.capacity, perf.capacity_concurrency = found.get("rate"), found.get("concurrency")
     return perf
 

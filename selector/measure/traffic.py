@@ -52,7 +52,7 @@ from selector.measure.requests import (
     warmup_of,
 )
 from selector.measure.answers import AnswerScorer
-from selector.records import CapacityResult, LoadLevel, SampleRecord
+from selector.records import CapacityResult, LoadLevel
 
 T = TypeVar("T")
 CONFIRM_SEED = 10_000  # the confirmation's arrivals: a seed no search run uses
@@ -226,28 +226,26 @@ def load_batching(cfg: LoadConfig) -> Batching:
 
 
 def run_load(running: Any, tasks: Sequence[Any], cfg: SelectorConfig,
-             at_rest: Sequence[SampleRecord] | None = None) -> list[LoadLevel]:
+             scorer: AnswerScorer | None = None) -> list[LoadLevel]:
     """The load test of a variant through its running engine, for PerfResult.load (a trace's
-    prompts synthesised with the engine's tokenizer). at_rest: the variant's evaluation samples,
-    which every level's answers are scored against (selector.measure.answers)."""
+    prompts synthesised with the engine's tokenizer). scorer: what scores every level's answers
+    against the variant's at rest (AnswerScorer.for_variant; None: they are not scored)."""
     load = cfg.measure.load
     warmup, requests = variant_requests(tasks, cfg, running.tokenizer)
     running.prepare([*warmup, *requests])
-    scorer = AnswerScorer.for_variant(tasks, cfg, at_rest)
     outcomes = on_engine(running, load_batching(load), lambda channel: ladder(
         scoring(channel.probe(load), scorer), requests, warmup, _replay(requests, load)))
     return [o.level for o in outcomes]
 
 
 def run_capacity(running: Any, tasks: Sequence[Any], cfg: SelectorConfig,
-                 at_rest: Sequence[SampleRecord] | None = None) -> dict[str, CapacityResult]:
+                 scorer: AnswerScorer | None = None) -> dict[str, CapacityResult]:
     """The capacity searches (measure.load.capacity_on) through the variant's running engine, for
     PerfResult.capacity (rate) and capacity_concurrency; every probe's and the confirmation's
-    answers scored against at_rest, as run_load's levels."""
+    answers scored by `scorer`, as run_load's levels."""
     load = cfg.measure.load
     warmup, requests = capacity_requests(tasks, cfg, running.tokenizer)
     running.prepare([*warmup, *requests])
-    scorer = AnswerScorer.for_variant(tasks, cfg, at_rest)
     found = on_engine(running, load_batching(load),
                       lambda channel: capacity(scoring(channel.probe(load), scorer), requests, warmup))
     _server_died(running, found)
