@@ -208,7 +208,7 @@ async def confirm(run_for: RunFor, result: CapacityResult, cfg: LoadConfig) -> C
     margin, checks = judge(outcome.traces, percentile_limits(cfg.slo), cfg.capacity_warmup_s)
     failed = [t for t in outcome.traces if not t.ok]
     notes = [f"{len(failed)} of {len(outcome.traces)} requests failed; the first: {failed[0].error}"] if failed else []
-    if outcome.stopped:
+    if outcome.stopped and not any(outcome.stopped in n for n in notes):
         notes.append(outcome.stopped)
     return CapacityConfirmation(
         rate_rps=rate, window_s=cfg.confirm_s, warmup_s=cfg.capacity_warmup_s, held=margin <= 0,

@@ -133,6 +133,17 @@ class ProbeRequests(Sequence[GenerationRequest]):
         return self.passes[k][j]
 
 
+async def drained(outcome: LevelOutcome, most_s: float) -> None:
+    """After a probe cut off as over-saturated, wait about as long as the server needs to finish or
+    drop what was cut (the cut requests at the rate it was completing them, at most most_s), so the
+    next probe starts on a server that is not still working through this one's backlog."""
+    if not outcome.stopped:
+        return
+    cut = sum(1 for t in outcome.traces if not t.ok)
+    rate = max(outcome.level.request_throughput, 0.1)
+    await asyncio.sleep(min(most_s, cut / rate))
+
+
 def _replay(requests: Sequence[GenerationRequest], cfg: LoadConfig) -> list[float] | None:
     return recorded_arrivals(requests, cfg.time_scale) if has_arrivals(requests) else None
 
@@ -177,12 +188,14 @@ async def capacity(probe: Probe, requests: Sequence[GenerationRequest],
     length = ProbeLength.of(cfg)
     probes = iter(range(10**9))  # each probe's salts are its own
 
-    def at_rate(rate: float, run: int) -> Awaitable[LevelOutcome]:
+    async def at_rate(rate: float, run: int) -> LevelOutcome:
         span = length.span_at(rate)
         step = dataclasses.replace(probe, cfg=dataclasses.replace(cfg, max_duration_s=cfg.max_duration_s + span))
         watch = SaturationWatch.for_rate(rate) if cfg.capacity_stop_saturated else None
         sent = ProbeRequests(requests, length.requests_at(rate), f"p{next(probes)}")
-        return step.level(sent, rate=rate, seed=cfg.seed + run, saturation=watch)
+        outcome = await step.level(sent, rate=rate, seed=cfg.seed + run, saturation=watch)
+        await drained(outcome, cfg.max_duration_s)
+        return outcome
 
     def at_concurrency(concurrency: float, run: int) -> Awaitable[LevelOutcome]:
         span = length.warmup_s + length.window_s
@@ -193,7 +206,11 @@ async def capacity(probe: Probe, requests: Sequence[GenerationRequest],
     def for_seconds(rate: float, seconds: float) -> Awaitable[LevelOutcome]:
         step = dataclasses.replace(probe, cfg=dataclasses.replace(cfg, max_duration_s=cfg.max_duration_s + seconds))
         sent = ProbeRequests(requests, max(1, math.ceil(rate * seconds)), "confirm")
-        watch = SaturationWatch.for_rate(rate) if cfg.capacity_stop_saturated else None
+        # Minutes near capacity: the probes' short windows would end it on a queue's ordinary wandering
+        # (at 0.9 of the service rate they end 14% of 25 s probes); a backlog that grows for a quarter of
+        # the run still ends it.
+        watch = SaturationWatch(window_s=max(SaturationWatch.for_rate(rate).window_s, seconds / 16)) \
+            if cfg.capacity_stop_saturated else None
         return step.level(sent, rate=rate, seed=cfg.seed + CONFIRM_SEED, saturation=watch)
 
     found = {on: await search_capacity(at_rate if on == "rate" else at_concurrency, cfg, on)
