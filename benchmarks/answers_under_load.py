@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, NeighbourCpu, load_average, machine_when_quiet, say, write_results
+from benchmarks.common import (RESULTS_DIR, NeighbourCpu, load_average, machine_when_quiet, run_sweep, say,
+                               write_results)
 
 ROOT = Path(__file__).resolve().parent.parent
 EVALSETS = {"default": "evalsets/default", "support": str(ROOT / "benchmarks" / "evalsets" / "support")}
@@ -98,18 +96,6 @@ def sweep_overrides(args: argparse.Namespace, path: str, plan: dict[str, Any]) -
     return out + list(args.overrides)
 
 
-def run(overrides: list[str], out: Path) -> tuple[float, Path, str]:
-    cmd = [sys.executable, "-m", "selector", f"output_dir={out}", *overrides]
-    out.mkdir(parents=True, exist_ok=True)
-    log = out / "sweep.log"
-    t0 = time.monotonic()
-    with log.open("w") as sink:
-        done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=sink, text=True, env={**os.environ})
-    wall = time.monotonic() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"sweep failed ({done.returncode}); see {log}:\n{log.read_text()[-3000:]}")
-    [sweep] = sorted((out / "sweeps").iterdir(), key=lambda p: p.stat().st_mtime)[-1:]
-    return wall, sweep, done.stdout
 
 
 def level_figures(level: dict[str, Any]) -> dict[str, Any]:
@@ -222,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides = sweep_overrides(args, path, plan)
             say(f"eval set {name}: {plan['items']} generation items; python -m selector {' '.join(overrides)}")
             out = (args.keep or Path(tmp)) / Path(name).name
-            wall, sweep, printed = run(overrides, out)
+            wall, sweep, printed = run_sweep(overrides, out)
             runs.append({"evalset": name, "plan": plan, "overrides": overrides, "wall_s": wall,
                          "printed": printed[-3000:].replace(str(out), "<output>"), **summarize(sweep)})
     data = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "machine": machine,

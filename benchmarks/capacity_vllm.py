@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, NeighbourCpu, load_average, machine_when_quiet, say, write_results
+from benchmarks.common import (RESULTS_DIR, NeighbourCpu, load_average, machine_when_quiet, run_sweep, say,
+                               write_results)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,17 +79,7 @@ def sweep_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace, out: Path) -> tuple[float, Path, str]:
-    cmd = [sys.executable, "-m", "selector", f"output_dir={out}", *sweep_overrides(args)]
-    out.mkdir(parents=True, exist_ok=True)
-    log = out / "sweep.log"
-    t0 = time.monotonic()
-    with log.open("w") as sink:
-        done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=sink, text=True, env={**os.environ})
-    wall = time.monotonic() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"sweep failed ({done.returncode}); see {log}:\n{log.read_text()[-3000:]}")
-    [sweep] = sorted((out / "sweeps").iterdir(), key=lambda p: p.stat().st_mtime)[-1:]
-    return wall, sweep, done.stdout
+    return run_sweep(sweep_overrides(args), out)
 
 
 def search_figures(cap: dict[str, Any]) -> dict[str, Any]:

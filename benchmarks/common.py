@@ -237,3 +237,20 @@ def redact(text: str, cache_dir: str | None = None) -> str:
 
 def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def run_sweep(overrides: list[str], out: Path) -> tuple[float, Path, str]:
+    """`python -m selector output_dir=<out> <overrides>` from the repository root, its log in
+    out/sweep.log: (wall seconds, the sweep's folder, what it printed). Exits naming the log if it fails."""
+    cmd = [sys.executable, "-m", "selector", f"output_dir={out}", *overrides]
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "sweep.log"
+    t0 = time.monotonic()
+    with log.open("w") as sink:
+        done = subprocess.run(cmd, cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE, stderr=sink,
+                              text=True, env={**os.environ})
+    wall = time.monotonic() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"sweep failed ({done.returncode}); see {log}:\n{log.read_text()[-3000:]}")
+    [sweep] = sorted((out / "sweeps").iterdir(), key=lambda p: p.stat().st_mtime)[-1:]
+    return wall, sweep, done.stdout

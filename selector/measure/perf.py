@@ -9,8 +9,6 @@ from typing import Any
 from selector.config import SelectorConfig
 from selector.records import PerfResult
 
-# Failed requests may be a server on its way out: how long to wait for it to be seen exited.
-SERVER_EXIT_GRACE_S = 5.0
 
 
 def measure_perf(running: Any, tasks: Any, cfg: SelectorConfig, perf: PerfResult,
@@ -20,7 +18,7 @@ def measure_perf(running: Any, tasks: Any, cfg: SelectorConfig, perf: PerfResult
     samples, the load test's answers are compared with (selector.measure.answers)."""
     from selector.measure.answers import AnswerScorer
     from selector.measure.latency import measure_latency, measure_throughput
-    from selector.measure.traffic import run_capacity, run_load
+    from selector.measure.traffic import SERVER_EXIT_GRACE_S, run_capacity, run_load
 
     m = cfg.measure
     if m.latency.enabled:

@@ -56,6 +56,8 @@ from selector.records import CapacityResult, LoadLevel
 
 T = TypeVar("T")
 CONFIRM_SEED = 10_000  # the confirmation's arrivals: a seed no search run uses
+# Failed requests may be a server on its way out: how long to wait for it to be seen exited.
+SERVER_EXIT_GRACE_S = 5.0
 
 if TYPE_CHECKING:
     from selector.config import LoadConfig
@@ -278,7 +280,6 @@ def _server_died(running: Any, found: dict[str, CapacityResult]) -> None:
     """A confirmation run with failed requests may be a server that died during it (the channel
     cannot see the server; the running engine can): then the plan fails with the server's status
     and its log's last lines in the confirmation's note, and the search's result stays."""
-    from selector.measure.perf import SERVER_EXIT_GRACE_S
     from selector.serving.process import ServerDiedError
 
     planned = found.get("rate") or found.get("concurrency")
