@@ -55,7 +55,7 @@ import numpy as np
 
 import selector.measure.capacity as capacity_module
 from selector.config import LoadConfig
-from selector.engines.trace import RequestTrace
+from selector.trace import RequestTrace
 from selector.measure.capacity import (Axis, ProbeAt, crossing, judge, percentile_limits, requests_per_step,
                                        search_capacity)
 from selector.measure.load_driver import LevelOutcome, poisson_arrivals, summarize_level

@@ -39,12 +39,12 @@ def figures(model: str, precisions: list[str], overrides: list[str]) -> dict[str
     import torch
 
     from selector.compose import compose
-    from selector.engines.inprocess import HfEngineConfig, InProcessRunning
+    from selector.engines.inprocess.engine import HfEngineConfig, InProcessRunning
+    from selector.engines.inprocess.logprobs import probe_logprobs
     from selector.measure.fidelity import (
         PROBE_POSITIONS,
         compare,
         compare_top,
-        probe_logprobs,
         probe_token_ids,
         reference_from,
     )

@@ -34,7 +34,7 @@ cfg = compose([f"model={sys.argv[2]}", f"precision={sys.argv[3]}", *sys.argv[4:]
 _, loaded = load_variant(cfg.model, cfg.precision, cfg.cache_dir, "cpu", calibration=cfg.calibration, progress=False)
 lat_cfg, tput_cfg = LatencyConfig(), ThroughputConfig(batch_sizes=[8])
 try:  # after: through the in-process engine
-    from selector.engines.inprocess import HfEngineConfig, InProcessRunning
+    from selector.engines.inprocess.engine import HfEngineConfig, InProcessRunning
     running = InProcessRunning(HfEngineConfig(), loaded)
     lat = measure_latency(running, lat_cfg)
     tput = measure_throughput(running, tput_cfg)

@@ -23,7 +23,7 @@ def main(spec_path: str, out_path: str) -> None:
     torch.set_num_threads(spec["threads"])
     from benchmarks.common import compose, load_selector_model
     from benchmarks.vs_lm_eval import run_selector
-    from selector.engines.hf import HFEngine
+    from selector.engines.inprocess.evaluator import HFEngine
 
     cfg = compose(spec["model"], spec["precision"])
     _, loaded, load_s = load_selector_model(cfg)

@@ -28,7 +28,7 @@ def main(spec_path: str, out_path: str) -> None:
     from benchmarks.tables import median
     from selector.config import LatencyConfig
     from selector.measure.latency import measure_latency
-    from selector.measure.memory import peak_rss_bytes, weight_bytes
+    from selector.resources.memory import peak_rss_bytes, weight_bytes
     from selector.measure.timing import synthetic_prompt, timed_generate
 
     cfg = compose(spec["model"], spec["precision"])
@@ -55,7 +55,7 @@ def main(spec_path: str, out_path: str) -> None:
                        "torch_threads": torch.get_num_threads()})
     check = None
     if 1 in spec["batch_sizes"]:
-        from selector.engines.inprocess import HfEngineConfig, InProcessRunning
+        from selector.engines.inprocess.engine import HfEngineConfig, InProcessRunning
 
         lat = measure_latency(InProcessRunning(HfEngineConfig(), loaded),
                               LatencyConfig(enabled=True, warmup=spec["warmup"], repeats=spec["repeats"],

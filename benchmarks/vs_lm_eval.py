@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import torch
 
-    from selector.engines.hf import HFEngine
+    from selector.engines.inprocess.evaluator import HFEngine
     from selector.tasks import load_evalset
     from selector.tasks.lmeval.export import export_task
     from selector.tasks.prompts import resolve_style

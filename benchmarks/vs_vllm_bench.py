@@ -124,10 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     from selector.compose import compose
     from selector.config import LoadConfig
     from selector.engines import engine_for
-    from selector.engines.base import GenerationRequest
+    from selector.generation import GenerationRequest
     from selector.engines.spec import StartContext
     from selector.measure.traffic import load_levels, load_requests
-    from selector.serving.vllm import python_for, served_kernel
+    from selector.engines.vllm.launch import python_for, served_kernel
     from selector.tasks import load_evalset
 
     cfg = compose([f"model={args.model}", f"precision={args.precision}", "engine=vllm", "measure=load",
@@ -211,7 +211,7 @@ def in_process_levels(cfg: Any, chat: list[Any], args: argparse.Namespace, load:
 
     from benchmarks.common import load_selector_model
     from selector.config import LoadConfig
-    from selector.engines.inprocess import HfEngineConfig, InProcessRunning
+    from selector.engines.inprocess.engine import HfEngineConfig, InProcessRunning
     from selector.measure.traffic import load_levels
 
     torch.set_num_threads(1)  # vLLM computes on one core of two here (it keeps one for its front end)

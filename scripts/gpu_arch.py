@@ -125,7 +125,7 @@ def plan_figures(arch_json: Path, precision: Any, cache_dir: Path, device: str, 
     """`python -m selector plan`'s row for this variant (weights, KV cache, activations; no reserve:
     torch.cuda.max_memory_allocated does not see the CUDA context)."""
     from selector.config import ModelConfig, SelectorConfig, SourceConfig
-    from selector.engines.inprocess import HfEngineConfig
+    from selector.engines.inprocess.engine import HfEngineConfig
     from selector.plan.estimate import plan_row
 
     model = ModelConfig(name=arch_json.stem, arch_config=str(arch_json), source=SourceConfig(kind="local"))

@@ -87,8 +87,8 @@ def next_token_ids(torch: Any, model: Any, tokenizer: Any) -> list[int]:
 def engine_around(loaded: Any, setting: str) -> Any:
     """selector's in-process engine around the loaded model, on its fast path (engine.compile), or
     on the plain path with the reason when this model cannot compile."""
-    from selector.engines.fast import CompileError
-    from selector.engines.inprocess import HfEngineConfig, InProcessRunning
+    from selector.engines.inprocess.fast import CompileError
+    from selector.engines.inprocess.engine import HfEngineConfig, InProcessRunning
 
     try:
         return InProcessRunning(HfEngineConfig(compile=setting), loaded)
@@ -103,7 +103,7 @@ def measure(torch: Any, loaded: Any, running: Any, args: argparse.Namespace, bud
     """Latency at batch 1, then throughput at each --batch-sizes that still fits the budget, through
     the in-process engine's own timed requests (as a sweep measures a variant)."""
     from selector.config import LatencyConfig, ThroughputConfig
-    from selector.engines.fast import CompileError, bucket
+    from selector.engines.inprocess.fast import CompileError, bucket
     from selector.measure.latency import measure_latency, measure_throughput
 
     lat_cfg = LatencyConfig(warmup=args.warmup, repeats=args.repeats, prompt_tokens=64, new_tokens=32)
@@ -133,7 +133,7 @@ def check_one(torch: Any, name: str, model_cfg: Any, work: Path, args: argparse.
     device = args.device
     cuda = device.startswith("cuda")
     from selector.config import CalibrationConfig
-    from selector.measure.memory import first_linear, measure_memory
+    from selector.resources.memory import first_linear, measure_memory
     from selector.precisions import get_backend, load_variant
 
     precision = precision_config(name)

@@ -296,7 +296,7 @@ class MemoryResult(StrictModel):
     cuda_max_reserved_bytes: int | None = None
     artifact_bytes: int | None = None  # on-disk size of the checkpoint that was loaded
     planned_serving_bytes: int | None = None  # plan's estimate of the serving peak (weights, KV, activations, runtime)
-    # A server's (selector/serving/footprint.py): `serving` is what the variant needs at the load it
+    # A server's (selector/engines/served/footprint.py): `serving` is what the variant needs at the load it
     # was tested under (the footprint with the preallocated KV pool replaced by the part of it in
     # use at the peak); the footprint is what its processes held, pool and all.
     footprint: PeakMemory | None = None

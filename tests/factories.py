@@ -126,7 +126,7 @@ def shipped_precision(name: str, **params: Any) -> PrecisionConfig:
 def selector_config(cache_dir: str | Path, model: ModelConfig | str = "tiny",
                     precision: PrecisionConfig | str = "bf16", **fields: Any) -> SelectorConfig:
     """One variant's config; a model given by name is a bare ModelConfig, a precision by name the shipped one."""
-    from selector.engines.inprocess import HfEngineConfig
+    from selector.engines.inprocess.engine import HfEngineConfig
 
     fields.setdefault("engine", HfEngineConfig())
     return SelectorConfig(model=ModelConfig(name=model) if isinstance(model, str) else model,
@@ -135,8 +135,8 @@ def selector_config(cache_dir: str | Path, model: ModelConfig | str = "tiny",
 
 
 def inprocess(model: Any, tokenizer: Any, **config: Any) -> Any:
-    """The in-process engine (selector.engines.inprocess) around a model the test loaded itself."""
-    from selector.engines.inprocess import HfEngineConfig, InProcessRunning
+    """The in-process engine (selector.engines.inprocess.engine) around a model the test loaded itself."""
+    from selector.engines.inprocess.engine import HfEngineConfig, InProcessRunning
     from selector.precisions.loading import LoadedModel
 
     if tokenizer.pad_token is None:

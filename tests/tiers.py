@@ -67,9 +67,9 @@ def file_seconds(file: str) -> float:
 
 def missing_vllm() -> str | None:
     """Why a real vLLM server cannot start here (the one line selector itself prints), or None."""
-    from selector.engines.vllm import VllmConfig
+    from selector.engines.vllm.engine import VllmConfig
     from selector.errors import ConfigError
-    from selector.serving.vllm import python_for
+    from selector.engines.vllm.launch import python_for
 
     try:
         python_for(VllmConfig())

@@ -2,10 +2,10 @@
 registered by their `backend`: one class per kind (selector/engines/spec.py), imported only when
 its kind is used. Nothing outside this registry asks which kind is running.
 
-    hf        transformers in the variant's own process (engines/inprocess.py)
-    vllm      vLLM's OpenAI-compatible server, started per variant (engines/vllm.py)
-    command   any server started per variant from a command template (engines/command.py)
-    openai    a server that is already running, attached by URL (engines/attached.py)
+    hf        transformers in the variant's own process (engines/inprocess/engine.py)
+    vllm      vLLM's OpenAI-compatible server, started per variant (engines/vllm/engine.py)
+    command   any server started per variant from a command template (engines/served/command.py)
+    openai    a server that is already running, attached by URL (engines/served/attached.py)
     scripted  answers from the eval set's own targets at set accuracies, without a model: for
               tests of the search, the policy flow and the faults (engines/scripted.py)
 """
@@ -19,10 +19,10 @@ from typing import Any
 from selector.registry import Registry
 
 ENGINES: Registry = Registry("engine kind")
-ENGINES.register("hf", "selector.engines.inprocess:InProcessEngine")
-ENGINES.register("vllm", "selector.engines.vllm:VllmEngine")
-ENGINES.register("command", "selector.engines.command:CommandEngine")
-ENGINES.register("openai", "selector.engines.attached:AttachedEngine")
+ENGINES.register("hf", "selector.engines.inprocess.engine:InProcessEngine")
+ENGINES.register("vllm", "selector.engines.vllm.engine:VllmEngine")
+ENGINES.register("command", "selector.engines.served.command:CommandEngine")
+ENGINES.register("openai", "selector.engines.served.attached:AttachedEngine")
 ENGINES.register("scripted", "selector.engines.scripted:ScriptedEngine")
 
 

@@ -29,9 +29,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from selector.engines.base import Generation, GenerationRequest, Loglikelihood, LoglikelihoodRequest, Prompt
+from selector.generation import Generation, GenerationRequest, Loglikelihood, LoglikelihoodRequest, Prompt
 from selector.engines.spec import Batching, Engine, EngineInfo, Range, Running, StartContext, TopLogprobs
-from selector.engines.trace import RequestTrace
+from selector.trace import RequestTrace
 
 
 @dataclass
@@ -109,6 +109,7 @@ class ScriptedRunning(Running):
                 right = item.targets[style] if task.type == "generate" else continuation(task, item.targets[style], style)
                 self.answers[_key(build_prompt(task, item, style))] = (task.name, item.id, right)
         self.slots: asyncio.Semaphore | None = None
+        self.planned_weight_bytes = ctx.planned_weight_bytes
 
     # ---- answers --------------------------------------------------------------------------------
     def probability(self, task: str) -> float:
@@ -162,7 +163,7 @@ class ScriptedRunning(Running):
         return scores  # type: ignore[return-value]
 
     def render(self, prompt: Prompt) -> str:
-        from selector.engines.openai import render_messages
+        from selector.engines.served.client import render_messages
 
         return prompt if isinstance(prompt, str) else render_messages(prompt)
 
@@ -172,8 +173,8 @@ class ScriptedRunning(Running):
     # ---- timed requests ------------------------------------------------------------------------
     @asynccontextmanager
     async def session(self, batching: Batching) -> AsyncIterator[Any]:
-        from selector.measure.load_driver import Channel
-        from selector.measure.utilization import UtilizationMonitor, own_process
+        from selector.engines.spec import Channel
+        from selector.resources.utilization import UtilizationMonitor, own_process
 
         slots = asyncio.Semaphore(self.config.slots)
         computing = [0]
@@ -222,11 +223,9 @@ class ScriptedRunning(Running):
 
     # ---- memory and what ran ---------------------------------------------------------------------
     def memory(self) -> Any:
-        from selector.plan.estimate import planned_weight_bytes
         from selector.records import MemoryResult
 
-        weights = int(planned_weight_bytes(self.cfg, "cpu")[0])
-        return MemoryResult(weight_bytes=weights, weights_source="plan")
+        return MemoryResult(weight_bytes=self.planned_weight_bytes, weights_source="plan")
 
     def info(self) -> EngineInfo:
         return EngineInfo(notes=["scripted engine: answers from the eval set's targets, no model"])

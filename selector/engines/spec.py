@@ -22,24 +22,33 @@ so every config validates without them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from selector.engines.base import Evaluator
+from selector.generation import Evaluator, GenerationRequest, encode_prompt
+
+from selector.trace import RequestTrace
 
 if TYPE_CHECKING:
     from selector.config import SelectorConfig
-    from selector.measure.load_driver import Probe
     from selector.origin import Origin
-    from selector.records import KernelInfo, MemoryResult, QuantInfo, ServingInfo
+    from selector.records import KernelInfo, MemoryResult, Percentiles, QuantInfo, ServingInfo
+    from selector.resources.utilization import UtilizationMonitor
+
+Send = Callable[[GenerationRequest], Awaitable[RequestTrace]]
+
+
+class ServerDiedError(RuntimeError):
+    """What serves the variant (a server) exited while it was being measured: Running.check_alive
+    raises it, its message ending with the server log's last lines."""
 
 
 @dataclass(frozen=True)
 class Knob:
-    """A serving setting a sweep may vary without changing any score (selector.serving.knobs):
+    """A serving setting a sweep may vary without changing any score (selector.engines.knobs):
     each value is its own variant, sharing the scored items of its model x precision."""
 
     key: str  # the dotted config key, e.g. engine.vllm.max_num_seqs
@@ -68,13 +77,32 @@ class Batching:
 
 @dataclass
 class StartContext:
-    """What an engine starts a variant from: its config, where it runs and writes its logs, and
-    the tasks (whose texts may calibrate a quantization that is not cached yet)."""
+    """What an engine starts a variant from: its config, where it runs and writes its logs, the
+    tasks (whose texts may calibrate a quantization that is not cached yet) and plan's estimate."""
 
     cfg: SelectorConfig
     device: str  # cpu | cuda | cuda:N
     job_dir: Path  # the variant's folder: server logs go here
     tasks: list[Any] = field(default_factory=list)
+    # plan's estimate of the variant's weights (selector.plan), for an engine that cannot read them
+    # (a server someone else runs, the scripted engine); the variant's run computes it.
+    planned_weight_bytes: int | None = None
+
+
+@dataclass
+class Channel:
+    """How one running engine takes timed requests (Running.session gives it): `send`, and how a
+    level on it is measured: whose CPU (and GPU) the monitor reads, what to do between levels (the
+    in-process scheduler drains leftovers), and where a server's queue/compute split comes from."""
+
+    send: Send
+    monitor: Callable[[], UtilizationMonitor]
+    after_level: Callable[[], Any] | None = None
+    scrape: Callable[[], Awaitable[Any]] | None = None  # a server's metrics, read before and after a level
+    split: Callable[[Any, Any], dict[str, Percentiles]] | None = None  # (before, after) -> queue_ms, compute_ms
+    describe_split: Callable[[Any], tuple[str, str]] | None = None  # after -> (source, note)
+    counters: Callable[[], Awaitable[dict[str, float] | None]] | None = None  # a server's counters, read like scrape
+    prefix_cache_hit_rate: Callable[[Any, Any], float | None] | None = None  # (before, after) -> share served cached
 
 
 @dataclass
@@ -112,14 +140,12 @@ class Running(Evaluator):
     def encode(self, prompt: Any) -> list[int]:
         """The token ids the model sees for a prompt (chat template applied), as the in-process
         engine encodes them."""
-        from selector.engines.hf import encode_prompt
-
         if self.tokenizer is None:
             raise ValueError(f"engine {self.name} has no tokenizer here to encode prompts with")
         return encode_prompt(self.tokenizer, prompt)
 
-    def session(self, batching: Batching) -> AbstractAsyncContextManager[Probe]:
-        """An async context (inside an event loop) giving the load driver's Probe: `send` and how
+    def session(self, batching: Batching) -> AbstractAsyncContextManager[Channel]:
+        """An async context (inside an event loop) giving the load driver's Channel: `send` and how
         to measure a level (utilisation, the queue/compute split)."""
         raise NotImplementedError
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from selector.engines.trace import RequestTrace
+from selector.trace import RequestTrace
 from selector.records import SampleRecord
 from selector.records_answers import ChangedAnswer, LoadAnswers, TaskAnswers
 

@@ -45,10 +45,10 @@ from scipy.optimize import isotonic_regression
 from scipy.stats import t as student_t
 
 from selector.config import LoadConfig
-from selector.engines.trace import RequestTrace
+from selector.trace import RequestTrace
 from selector.errors import ConfigError
 from selector.measure.load_driver import LevelOutcome, parse_slo_key
-from selector.measure.steady import ProbeLength, judged, rise
+from selector.measure.steady import judged, rise
 from selector.records import CapacityConfirmation, CapacityResult, CapacityStep
 
 ProbeAt = Callable[[float, int], Awaitable[LevelOutcome]]  # (level, run) -> that probe, measured

@@ -32,14 +32,13 @@ The baseline itself gets None (there is nothing to compare it with), not KL 0.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
 from selector.config import SelectorConfig, to_dict
 from selector.records import FidelityResult
@@ -138,7 +137,7 @@ class PromptEncoder:
         self.tok = tokenizer
 
     def encode(self, prompt: Any) -> list[int]:
-        from selector.engines.hf import encode_prompt
+        from selector.generation import encode_prompt
 
         return encode_prompt(self.tok, prompt)
 
@@ -161,30 +160,6 @@ def reference_path(cfg: SelectorConfig, probes: list[list[int]]) -> Path:
 
 
 # ---- distributions ------------------------------------------------------------------------------
-def probe_logprobs(model: Any, probes: list[list[int]], positions: int = PROBE_POSITIONS) -> Iterator[Any]:
-    """Per probe: float32 log-probabilities [positions, vocab] of an in-process model at its last
-    `positions` positions.
-
-    One probe at a time, unpadded: the numbers are exactly those of a single-sequence forward, and
-    only one probe's distributions are held at once (a 262k-token vocabulary makes them large).
-    """
-    import torch
-
-    device = next(model.parameters()).device
-    # Only the last positions go through the vocabulary projection (Gemma 3's has 262k rows); a
-    # model class without logits_to_keep computes them all and is sliced.
-    keep = {"logits_to_keep": positions}
-    with torch.inference_mode():
-        for ids in probes:
-            input_ids = torch.tensor([ids], device=device)
-            try:
-                logits = model(input_ids=input_ids, **keep).logits
-            except TypeError:
-                keep = {}
-                logits = model(input_ids=input_ids).logits
-            yield torch.log_softmax(logits[0, -positions:].float(), dim=-1).cpu()
-
-
 def reference_from(distributions: Iterable[Any]) -> Reference:
     """The reference from the baseline's whole next-token distributions, probe by probe."""
     import torch
@@ -358,41 +333,3 @@ def load_reference(path: Path) -> Reference | None:
         return None
     t = load_file(str(path))
     return Reference(t["ids"], t["logp"], t["rest"])
-
-
-def ensure_reference(cfg: SelectorConfig, tasks: Sequence[Any], device: str, baseline: dict[str, Any] | None) -> str:
-    """Write the baseline's reference file for `cfg`'s model if it is not cached: load the baseline
-    precision (`baseline`: its config as the sweep's preflight composed it; None when it could not)
-    here, measure it, free it. Says what it did (a failure is logged, never raised: the variant's own
-    results do not depend on it)."""
-    import torch
-
-    from selector.compose import precision_from_dict
-    from selector.precisions import get_backend, load_variant
-
-    if baseline is None:
-        log.warning("fidelity: baseline precision %r could not be composed; skipped", cfg.baseline_precision)
-        return f"no fidelity reference: baseline {cfg.baseline_precision} cannot be composed"
-    precision = precision_from_dict(baseline)
-    ok, why = get_backend(precision.backend).availability(precision, device)
-    if not ok:
-        log.warning("fidelity: baseline %s cannot run here (%s); skipped", precision.name, why)
-        return f"no fidelity reference: {why}"
-    try:
-        _, baseline = load_variant(cfg.model, precision, cfg.cache_dir, device, calibration=cfg.calibration,
-                                   progress=False)
-    except Exception as e:  # e.g. no memory for the baseline: the variant's own results still stand
-        log.warning("fidelity: could not load the baseline %s (%s: %s); skipped", precision.name, type(e).__name__, e)
-        return f"no fidelity reference: loading {precision.name} failed ({type(e).__name__})"
-    try:
-        probes = probe_token_ids(PromptEncoder(baseline.tokenizer), tasks, cfg)
-        path = reference_path(cfg, probes)
-        if probes and not path.is_file():
-            log.info("fidelity: computing the reference of %s/%s", cfg.model.name, precision.name)
-            save_reference(path, reference_from(probe_logprobs(baseline.model, probes)))
-        return f"fidelity reference of {cfg.model.name}/{precision.name} in {path.name}"
-    finally:
-        del baseline
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()

@@ -21,7 +21,7 @@ import statistics
 from typing import Any
 
 from selector.config import LatencyConfig, ThroughputConfig
-from selector.engines.base import GenerationRequest
+from selector.generation import GenerationRequest
 from selector.engines.spec import Batching
 from selector.measure.load_driver import Channel, drive_level, level_duration
 from selector.measure.percentiles import summarize

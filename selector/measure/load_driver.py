@@ -16,24 +16,23 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from selector.config import LoadConfig
-from selector.engines.base import GenerationRequest
-from selector.engines.trace import RequestTrace
+from selector.generation import GenerationRequest
+from selector.trace import RequestTrace
 from selector.errors import ConfigError
 from selector.measure.percentiles import summarize
 from selector.measure.saturation import SaturationWatch
-from selector.measure.utilization import UtilizationMonitor
+from selector.engines.spec import Channel, Send
 from selector.records import LoadLevel, Percentiles
 
 log = logging.getLogger("selector.measure.traffic")
 
-Send = Callable[[GenerationRequest], Awaitable[RequestTrace]]
 SLO_FIELDS = ("ttft_ms", "itl_ms", "e2e_ms", "queue_ms")
 CUT_OFF = "cut off: the level reached measure.load.max_duration_s"
 SPLIT_PARTS = ("queue_ms", "batch_wait_ms", "compute_ms")
@@ -237,43 +236,20 @@ def levels_of(cfg: LoadConfig) -> list[tuple[int | None, float | None]]:
 
 
 @dataclass
-class Channel:
-    """How one running engine takes timed requests (Running.session gives it): `send`, and how a
-    level on it is measured: whose CPU (and GPU) the monitor reads, what to do between levels (the
-    in-process scheduler drains leftovers), and where a server's queue/compute split comes from."""
-
-    send: Send
-    monitor: Callable[[], UtilizationMonitor]
-    after_level: Callable[[], Any] | None = None
-    scrape: Callable[[], Awaitable[Any]] | None = None
-    split: Callable[[Any, Any], dict[str, Percentiles]] | None = None
-    describe_split: Callable[[Any], tuple[str, str]] | None = None
-    counters: Callable[[], Awaitable[dict[str, float] | None]] | None = None  # a server's counters (prefix cache)
-
-    def probe(self, cfg: LoadConfig) -> Probe:
-        return Probe(self.send, cfg, self.monitor, self.after_level, self.scrape, self.split, self.describe_split,
-                     self.counters)
-
-
-@dataclass
 class Probe:
-    """What one level needs besides its requests: how to send, measure and split (see run_ladder)."""
+    """What one level needs besides its requests: the engine's channel (how to send, whose
+    utilisation to read, where a server's split comes from), the load config, and optionally how
+    the level's answers are scored."""
 
-    send: Send
+    channel: Channel
     cfg: LoadConfig
-    monitor: Callable[[], UtilizationMonitor]
-    after_level: Callable[[], Any] | None = None
-    scrape: Callable[[], Awaitable[Any]] | None = None
-    split: Callable[[Any, Any], dict[str, Percentiles]] | None = None
-    describe_split: Callable[[Any], tuple[str, str]] | None = None
-    counters: Callable[[], Awaitable[dict[str, float] | None]] | None = None  # a server's counters (prefix cache)
     # The level's traces -> its answers scored against the variant's at rest (selector.measure.answers)
     answers: Callable[[Sequence[RequestTrace]], Any] | None = None
 
     async def warm_up(self, warmup: Sequence[GenerationRequest]) -> None:
         if not warmup:
             return
-        done = await drive_level(self.send, warmup, concurrency=1, max_duration_s=self.cfg.max_duration_s)
+        done = await drive_level(self.channel.send, warmup, concurrency=1, max_duration_s=self.cfg.max_duration_s)
         failed = [t for t in done if not t.ok]
         if failed and len(failed) == len(done):
             raise RuntimeError(f"every warm-up request failed; the first: {failed[0].error}")
@@ -286,70 +262,35 @@ class Probe:
         seed: the Poisson arrivals' (default cfg.seed); saturation: end it early when over-saturated;
         until: a closed loop sends nothing new once it says so (drive_level)."""
         cfg = self.cfg
-        before = await self.scrape() if self.scrape else None
-        counted = await self.counters() if self.counters else None
-        meter = self.monitor().start()
-        traces = await drive_level(self.send, requests, concurrency=concurrency, rate_rps=rate,
+        channel = self.channel
+        before = await channel.scrape() if channel.scrape else None
+        counted = await channel.counters() if channel.counters else None
+        meter = channel.monitor().start()
+        traces = await drive_level(channel.send, requests, concurrency=concurrency, rate_rps=rate,
                                    seed=cfg.seed if seed is None else seed, max_duration_s=cfg.max_duration_s,
                                    arrivals=arrivals, saturation=saturation, until=until)
         usage = meter.stop()
         level = summarize_level(traces, level_duration(traces), cfg.slo, concurrency, rate)
         level.cpu_util_pct, level.gpu_util_pct = usage.cpu_util_pct, usage.gpu_util_pct
         level.gpu_mem_bytes, level.harness_cpu_pct = usage.gpu_mem_bytes, usage.harness_cpu_pct
-        if self.scrape and self.split:
-            after = await self.scrape()
-            for name, value in self.split(before, after).items():
+        if channel.scrape and channel.split:
+            after = await channel.scrape()
+            for name, value in channel.split(before, after).items():
                 if getattr(level, name) is None:
                     setattr(level, name, value)
-            if self.describe_split and not level.split_source:
-                level.split_source, level.split_note = self.describe_split(after)
-        if self.counters:
-            from selector.serving.prometheus import prefix_cache_hit_rate
-
-            level.prefix_cache_hit_rate = prefix_cache_hit_rate(counted, await self.counters())
+            if channel.describe_split and not level.split_source:
+                level.split_source, level.split_note = channel.describe_split(after)
+        if channel.counters and channel.prefix_cache_hit_rate:
+            level.prefix_cache_hit_rate = channel.prefix_cache_hit_rate(counted, await channel.counters())
         if self.answers is not None:  # after the clock, before the next level: nothing here is timed
             level.answers = self.answers(traces)
-        if self.after_level:
-            self.after_level()
+        if channel.after_level:
+            channel.after_level()
         _log_level(level, usage.harness_cpu_pct)
         stopped = saturation.reason if saturation is not None else ""
         if stopped:
             log.warning("load %s ended early, %s", _label(concurrency, rate), stopped)
         return LevelOutcome(level, traces, usage.harness_cpu_pct, stopped)
-
-
-async def run_ladder(
-    send: Send,
-    requests: Sequence[GenerationRequest],
-    cfg: LoadConfig,
-    monitor: Callable[[], UtilizationMonitor],
-    warmup: Sequence[GenerationRequest] = (),
-    after_level: Callable[[], Any] | None = None,
-    scrape: Callable[[], Awaitable[Any]] | None = None,
-    split: Callable[[Any, Any], dict[str, Percentiles]] | None = None,
-    describe_split: Callable[[Any], tuple[str, str]] | None = None,
-    replay: Sequence[float] | None = None,
-    counters: Callable[[], Awaitable[dict[str, float] | None]] | None = None,
-) -> list[LevelOutcome]:
-    """Warm up, then run every level in order.
-
-    after_level: called between levels (the in-process scheduler drains leftovers there).
-    scrape/split: a server's metrics before and after a level -> queue_ms / compute_ms, used when
-    the requests themselves carry no split; describe_split: the metrics after a level -> (source,
-    note): which server's histograms gave the split, or in words why there is none.
-    replay: recorded send times (a request file's): one more level, after the others, at those times.
-    counters: a server's prefix-cache counters before and after a level -> its prefix_cache_hit_rate.
-    """
-    check_slo(cfg.slo)
-    levels = levels_of(cfg) if replay is None or cfg.concurrency or cfg.rates_rps else []
-    probe = Probe(send, cfg, monitor, after_level, scrape, split, describe_split, counters)
-    await probe.warm_up(warmup)
-    outcomes = [await probe.level(requests, concurrency, rate) for concurrency, rate in levels]
-    if replay is not None:
-        outcome = await probe.level(requests, arrivals=replay)
-        outcome.level.replay_scale = cfg.time_scale
-        outcomes.append(outcome)
-    return outcomes
 
 
 def _label(concurrency: int | None, rate: float | None) -> str:

@@ -18,41 +18,23 @@ RequestFileError naming the file, the 1-based line (row, for Parquet) and the fi
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import hashlib
 import json
 import math
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from selector.engines.base import GenerationRequest, Messages
-from selector.engines.trace import RequestTrace
-from selector.errors import EvalsetError
+from selector.generation import GenerationRequest, Messages, ReplayRequest
+from selector.measure import traces
+from selector.measure.jsonl import RequestFileError, json_lines
 from selector.paths import find_path
 
 FIELDS = ("prompt", "messages", "max_tokens", "arrival_s", "session", "turn", "id")
 ROLES = ("system", "user", "assistant")
-
-
-class RequestFileError(EvalsetError):
-    """A bad request file: path:line: field 'x': problem (the eval sets' format)."""
-
-
-@dataclass
-class ReplayRequest(GenerationRequest):
-    """A request from the file: its recorded arrival, and its place in a conversation."""
-
-    arrival_s: float | None = None
-    session: str | None = None
-    turn: int = 0  # 1-based within its session; 0 outside a session
-    line: int = 0
-    # Requests with the same `shares` may share cached prompt blocks (a trace's rows: their prompts
-    # share exactly the blocks their hash_ids declare, and nothing else); None: none beyond its session.
-    shares: str | None = None
 
 
 # ---- reading ---------------------------------------------------------------------------------
@@ -63,8 +45,6 @@ def read_request_file(path: str | Path, new_tokens: int, chat: bool = True, toke
     trace (selector.measure.traces) has its prompts synthesised with `tokenizer` (a tokenizer, or
     the folder holding one)."""
     found, shown = _located(path)
-    from selector.measure import traces
-
     if traces.is_trace(found):
         rows = traces.read_trace(found, shown)
         if tokenizer is None:
@@ -81,8 +61,6 @@ def check_request_file(path: str | Path, new_tokens: int, contexts: dict[str, in
     """Before anything loads: read and check the file (a trace: also each model's context, model
     name -> tokens); whether its rows carry arrival times."""
     found, shown = _located(path)
-    from selector.measure import traces
-
     if traces.is_trace(found):
         rows = traces.read_trace(found, shown)
         for model, context in (contexts or {}).items():
@@ -107,22 +85,6 @@ def _read_rows(found: Path, shown: str, new_tokens: int, chat: bool) -> list[Rep
     _check_arrivals(shown, out)
     _check_sessions(shown, out)
     return out
-
-
-def json_lines(path: Path, shown: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line, object) for every line of a JSON Lines file that is not blank; a line that is not a
-    JSON object stops the read, naming it."""
-    with path.open(encoding="utf-8") as f:
-        for line, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise RequestFileError(shown, line, None, f"not valid JSON: {e.msg}") from None
-            if not isinstance(row, dict):
-                raise RequestFileError(shown, line, None, "each line must be a JSON object")
-            yield line, row
 
 
 def _rows(path: Path, shown: str) -> Any:
@@ -308,54 +270,3 @@ def salted(requests: Sequence[GenerationRequest], tag: str) -> list[GenerationRe
         out.append(replace(r, cache_salt=f"{base}-{suffix}"))
     return out
 
-
-Send = Callable[[GenerationRequest], Awaitable[RequestTrace]]
-
-
-class Conversations:
-    """Wraps a send so session turns go in order, each with the conversation so far.
-
-    Turn k waits until turn k-1 has finished (a person reads the reply before writing the next
-    message); its trace starts when it is sent, so that wait is not counted as latency. Turn 1
-    starts a session afresh, so the same requests replay identically at every level."""
-
-    def __init__(self) -> None:
-        self.history: dict[str, Messages] = {}
-        self.done: dict[tuple[str, int], asyncio.Future[None]] = {}
-        self.sent: list[GenerationRequest] = []  # what actually went out, in send order (for tests)
-
-    def _done(self, session: str, turn: int) -> asyncio.Future[None]:
-        key = (session, turn)
-        if key not in self.done:
-            self.done[key] = asyncio.get_running_loop().create_future()
-        return self.done[key]
-
-    def wrap(self, send: Send) -> Send:
-        async def sending(request: GenerationRequest) -> RequestTrace:
-            if not isinstance(request, ReplayRequest) or request.session is None:
-                self.sent.append(request)
-                return await send(request)
-            s, k = request.session, request.turn
-            if k == 1:
-                self.history[s] = []
-                for key in [key for key in self.done if key[0] == s]:
-                    del self.done[key]
-            else:
-                await self._done(s, k - 1)
-            asked = list(request.prompt) if isinstance(request.prompt, list) else [
-                {"role": "user", "content": request.prompt}]
-            messages = [*self.history[s], *asked]
-            turn = GenerationRequest(messages, request.max_new_tokens, list(request.stop),
-                                     cache_salt=request.cache_salt)  # the session's: its turns share their history
-            self.sent.append(turn)
-            try:
-                trace = await send(turn)
-                self.history[s] = [*messages, {"role": "assistant", "content": trace.text}]
-                return trace
-            finally:  # a failed turn still lets the conversation go on
-                self.history.setdefault(s, messages)
-                done = self._done(s, k)
-                if not done.done():
-                    done.set_result(None)
-
-        return sending

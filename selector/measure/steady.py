@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from selector.config import LoadConfig
-from selector.engines.trace import RequestTrace
+from selector.trace import RequestTrace
 
 
 @dataclass(frozen=True)

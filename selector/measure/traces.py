@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from selector.measure.requests import ReplayRequest, RequestFileError, json_lines
+from selector.generation import ReplayRequest
+from selector.measure.jsonl import RequestFileError, json_lines
 
 BLOCK_TOKENS = 512  # Mooncake's block: each hash id stands for this many prompt tokens
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")

@@ -25,12 +25,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from selector.config import SelectorConfig
-from selector.engines.base import GenerationRequest, ItemRef
+from selector.generation import GenerationRequest, ItemRef
 from selector.errors import ConfigError
-from selector.engines.spec import Batching
+from selector.engines.spec import Batching, Channel, ServerDiedError
 from selector.measure.load_driver import (  # noqa: F401  (re-exported: the load test's one import path)
     CUT_OFF,
-    Channel,
     SLO_FIELDS,
     LevelOutcome,
     Probe,
@@ -40,7 +39,6 @@ from selector.measure.load_driver import (  # noqa: F401  (re-exported: the load
     levels_of,
     meets_slo,
     poisson_arrivals,
-    run_ladder,
     summarize_level,
 )
 from selector.measure.requests import (
@@ -253,7 +251,7 @@ def run_load(running: Any, tasks: Sequence[Any], cfg: SelectorConfig,
     warmup, requests = variant_requests(tasks, cfg, running.tokenizer)
     running.prepare([*warmup, *requests])
     outcomes = on_engine(running, load_batching(load), lambda channel: ladder(
-        scoring(channel.probe(load), scorer), requests, warmup, _replay(requests, load)))
+        scoring(Probe(channel, load), scorer), requests, warmup, _replay(requests, load)))
     return [o.level for o in outcomes]
 
 
@@ -266,7 +264,7 @@ def run_capacity(running: Any, tasks: Sequence[Any], cfg: SelectorConfig,
     warmup, requests = capacity_requests(tasks, cfg, running.tokenizer)
     running.prepare([*warmup, *requests])
     found = on_engine(running, load_batching(load),
-                      lambda channel: capacity(scoring(channel.probe(load), scorer), requests, warmup))
+                      lambda channel: capacity(scoring(Probe(channel, load), scorer), requests, warmup))
     _server_died(running, found)
     return found
 
@@ -280,7 +278,6 @@ def _server_died(running: Any, found: dict[str, CapacityResult]) -> None:
     """A confirmation run with failed requests may be a server that died during it (the channel
     cannot see the server; the running engine can): then the plan fails with the server's status
     and its log's last lines in the confirmation's note, and the search's result stays."""
-    from selector.serving.process import ServerDiedError
 
     planned = found.get("rate") or found.get("concurrency")
     trial = planned.confirmation if planned is not None else None
@@ -298,4 +295,4 @@ def load_levels(running: Any, requests: Sequence[GenerationRequest], cfg: LoadCo
     """A ladder of these requests through the running engine, with every level's traces."""
     running.prepare([*warmup, *requests])
     return on_engine(running, load_batching(cfg),
-                     lambda channel: ladder(channel.probe(cfg), requests, warmup, _replay(requests, cfg)))
+                     lambda channel: ladder(Probe(channel, cfg), requests, warmup, _replay(requests, cfg)))

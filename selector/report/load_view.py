@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from selector.report import fmt
-from selector.serving.diagnosis import SHORT, Serving, diagnose_ladder, headline
+from selector.measure.diagnosis import SHORT, Serving, diagnose_ladder, headline
 from selector.report.view import Cell, Table, order_records
 from selector.records import LoadLevel, Percentiles, RunRecord, setting_label
 from selector.verdicts import Selection

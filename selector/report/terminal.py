@@ -157,7 +157,7 @@ def _capacity_table(records: list[RunRecord], selection: Selection) -> Renderabl
 def _load_table(records: list[RunRecord], settings: list[SettingChoice]) -> RenderableType | None:
     """Per variant and load level: throughput, e2e p95 and the layer its time goes to; below, each
     variant's diagnosis at its heaviest level (the report has every level's)."""
-    from selector.serving.diagnosis import SHORT, Serving, diagnose_ladder, headline
+    from selector.measure.diagnosis import SHORT, Serving, diagnose_ladder, headline
     from selector.report.load_view import short_level, sorted_levels, with_load
 
     loaded = with_load(records)

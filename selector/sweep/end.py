@@ -100,7 +100,7 @@ def _memory_metrics(records: list[RunRecord]) -> dict[str, float]:
     """The sweep process itself stays small: each variant's memory lives and dies with its worker."""
     import resource
 
-    from selector.measure.memory import peak_rss_bytes
+    from selector.resources.memory import peak_rss_bytes
 
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest child, KiB on Linux
     variants = [r.memory.peak_rss_bytes for r in records if r.memory and r.memory.peak_rss_bytes]

@@ -23,10 +23,11 @@ from typing import Any, Iterator
 
 from selector.config import SelectorConfig, to_dict
 from selector.engines import engine_for
-from selector.engines.base import Evaluator
+from selector.generation import Evaluator
 from selector.engines.spec import StartContext
 from selector.errors import UnavailableError
 from selector.measure.contention import CpuShare
+from selector.plan.estimate import planned_weight_bytes
 from selector.records import ErrorInfo, PeakMemory, PerfResult, RunRecord, SampleRecord
 from selector.sweep import evaluation
 from selector.sweep.device import resolve_device
@@ -123,7 +124,8 @@ class VariantRun:
             self._prepare(device, tasks)
         compared = self._evaluate_in_process(device, tasks) if getattr(cfg.engine, "compare_in_process", False) else None
         with self.timed("load"):  # the engine loads the variant once: in this process, or in its server
-            running = self.engine.start(StartContext(cfg, device, self.files.dir, tasks))
+            planned = int(planned_weight_bytes(cfg, device.split(":")[0])[0])
+            running = self.engine.start(StartContext(cfg, device, self.files.dir, tasks, planned))
         with running, CpuShare() as share:  # another busy process on the machine slows every figure down
             try:
                 self._scenario(running, tasks, device, compared)
@@ -317,7 +319,7 @@ class VariantRun:
     def _evaluate_in_process(self, device: str, tasks: list[Any]) -> tuple[dict[str, Any], list[SampleRecord]]:
         """Every item through transformers in this process (engine=hf's defaults), before the server
         starts, for the comparison with the served answers; its samples are kept beside the served ones."""
-        from selector.engines.inprocess import HfEngineConfig, InProcessEngine
+        from selector.engines.inprocess.engine import HfEngineConfig, InProcessEngine
         from selector.tasks import evaluate_task
 
         cfg = self.cfg

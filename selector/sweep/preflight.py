@@ -140,7 +140,7 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     if not planned:
         raise UserError("the sweep has no variants: check hydra.sweeper.params and your overrides")
     from selector.engines import engine_for
-    from selector.serving.knobs import check_engine_knobs, setting_of, swept_knobs
+    from selector.engines.knobs import check_engine_knobs, setting_of, swept_knobs
 
     knobs = swept_knobs(p.cfg for p in planned)  # settings of one model x precision are distinct variants
     checked_engines: set[str] = set()

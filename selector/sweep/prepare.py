@@ -114,7 +114,8 @@ def prepare(cfg: SelectorConfig, baseline: dict[str, Any] | None, device: str,
         made += ["artifact"] if quantized else []
         did.append(f"artifact {Path(str(prepared.artifact_dir)).name} ({'quantized' if quantized else 'cached'})")
     if _wants_reference(cfg):
-        from selector.measure.fidelity import ensure_reference, reference_exists
+        from selector.measure.fidelity import reference_exists
+        from selector.sweep.reference import ensure_reference
         from selector.precisions.loading import load_tokenizer
 
         # made by the baseline's own run when it ran first: loading the baseline again would only find it
@@ -140,7 +141,7 @@ def main(argv: list[str]) -> int:
     from selector.compose import config_from_dict
     from selector.logs import setup_logging
     from selector.measure.contention import CpuShare
-    from selector.measure.memory import peak_rss_bytes
+    from selector.resources.memory import peak_rss_bytes
     from selector.sweep.device import resolve_device
 
     setup_logging()

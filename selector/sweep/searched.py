@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from selector.serving.knobs import setting_dir
+from selector.engines.knobs import setting_dir
 from selector.records import RunRecord, Variant
 from selector.sweep.state import SweepState
 

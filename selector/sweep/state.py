@@ -141,7 +141,7 @@ def _parse(path: Path) -> SweepState:
 def _setting_subdir(*, _root_: Any) -> str:
     """'/max_batch_size=8' for a job of a sweep that varies serving knobs, else ''. The knobs are
     the sweep's (sweep.json, written before any job starts); the values are this job's."""
-    from selector.serving.knobs import all_knobs, setting_dir
+    from selector.engines.knobs import all_knobs, setting_dir
 
     knobs = _sweep_knobs(_root_)
     if not knobs:

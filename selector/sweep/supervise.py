@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from selector.config import SelectorConfig, to_dict
-from selector.serving.process import reap_servers
+from selector.engines.served.process import reap_servers
 from selector.processes import die_with_parent, stop_group
 from selector.sweep.jobfiles import Job, JobFiles, bare_record
 from selector.records import ErrorInfo, RunRecord

@@ -8,7 +8,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from selector.engines.base import Evaluator, GenerationRequest, LoglikelihoodRequest, Progress
+from selector.generation import Evaluator, GenerationRequest, LoglikelihoodRequest, Progress
 from selector.stats import mean_interval
 from selector.tasks.task import Task
 from selector.tasks.metrics import InvalidScoreError, ScoreInput, check_score, get_metric, pick_choice

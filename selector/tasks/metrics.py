@@ -19,7 +19,7 @@ from numbers import Real
 from dataclasses import dataclass, field
 from typing import Any
 
-from selector.engines.base import Loglikelihood
+from selector.generation import Loglikelihood
 from selector.registry import Registry
 from selector.tasks.sandbox import run_python
 

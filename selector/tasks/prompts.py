@@ -8,7 +8,7 @@ item's prompt; a multiple-choice continuation is target_delimiter + choice.
 
 from __future__ import annotations
 
-from selector.engines.base import GenerationRequest, LoglikelihoodRequest, Prompt
+from selector.generation import GenerationRequest, LoglikelihoodRequest, Prompt
 from selector.errors import ConfigError
 from selector.tasks.spec import STYLES
 from selector.tasks.task import Item, Task

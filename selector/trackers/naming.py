@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from selector.serving.diagnosis import shares
+from selector.measure.diagnosis import shares
 from selector.records import RunRecord, setting_label
 from selector.records_answers import answer_metrics
 

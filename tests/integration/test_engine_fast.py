@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from selector.config import LatencyConfig, ThroughputConfig
-from selector.engines.base import GenerationRequest
-from selector.engines.fast import BUCKET, CompileError, FastPath, bucket, compile_setting
-from selector.engines.hf import HFEngine
+from selector.generation import GenerationRequest
+from selector.engines.inprocess.fast import BUCKET, CompileError, FastPath, bucket, compile_setting
+from selector.engines.inprocess.evaluator import HFEngine
 from selector.errors import ConfigError
 from selector.measure.latency import measure_latency, measure_throughput
 from tests.factories import inprocess
@@ -144,7 +144,7 @@ def test_compile_on_raises_a_typed_error_naming_the_cause(tiny_model_dir: Path, 
     """Inside this process the compiler is already chosen; a child with a broken one shows the error."""
     code = (
         "import torch, transformers\n"
-        "from selector.engines.fast import FastPath, CompileError\n"
+        "from selector.engines.inprocess.fast import FastPath, CompileError\n"
         f"m = transformers.AutoModelForCausalLM.from_pretrained({str(tiny_model_dir)!r}).eval()\n"
         "x = torch.tensor([[5, 6, 7]])\n"
         "try:\n"

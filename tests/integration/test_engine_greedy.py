@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from selector.engines.greedy import greedy_generate
-from selector.engines.hf import HFEngine, StopOnStrings
+from selector.engines.inprocess.greedy import greedy_generate
+from selector.engines.inprocess.evaluator import HFEngine, StopOnStrings
 
 pytestmark = pytest.mark.fast  # make test-fast: the in-process engine on the tiny model
 
@@ -54,7 +54,7 @@ def test_same_tokens_as_generate_while_rows_finish_at_different_steps(tiny, stop
 
 
 def test_the_engine_gives_the_same_texts_with_a_shared_prefix(tiny) -> None:  # type: ignore[no-untyped-def]
-    from selector.engines.base import GenerationRequest
+    from selector.generation import GenerationRequest
 
     model, tok = tiny
     shared = "Answer the question in a few words. " * 4

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from selector.engines.base import GenerationRequest, LoglikelihoodRequest
-from selector.engines.hf import HFEngine, shared_prefix_length
+from selector.generation import GenerationRequest, LoglikelihoodRequest
+from selector.engines.inprocess.evaluator import HFEngine, shared_prefix_length
 
 pytestmark = pytest.mark.fast  # make test-fast
 

@@ -126,7 +126,7 @@ def test_each_levels_answers_through_the_batcher_are_compared_with_the_evaluatio
     from statistics import mean
 
     from selector.measure.answers import AnswerScorer
-    from selector.measure.traffic import ladder, load_batching, on_engine, scoring, variant_requests
+    from selector.measure.traffic import Probe, ladder, load_batching, on_engine, scoring, variant_requests
     from selector.tasks import evaluate_task
 
     cfg = config("measure.load.new_tokens=16", "measure.load.concurrency=[1,4]", "measure.load.requests_per_level=8")
@@ -136,7 +136,7 @@ def test_each_levels_answers_through_the_batcher_are_compared_with_the_evaluatio
     tiny.prepare([*warmup, *requests])
     scorer = AnswerScorer.for_variant(tasks, cfg, at_rest)
     outcomes = on_engine(tiny, load_batching(load),
-                         lambda channel: ladder(scoring(channel.probe(load), scorer), requests, warmup))
+                         lambda channel: ladder(scoring(Probe(channel, load), scorer), requests, warmup))
     rest = {(s.task, s.id): s for s in at_rest}
     for outcome in outcomes:
         answers, traces = outcome.level.answers, outcome.traces

@@ -75,7 +75,7 @@ def test_timed_requests_are_exact_and_batch_together(tiny, monkeypatch) -> None:
     from selector.engines.spec import Batching
     from selector.measure.load_driver import drive_level
     from selector.measure.traffic import on_engine
-    from selector.serving.batching import BatchingScheduler
+    from selector.engines.inprocess.batching import BatchingScheduler
 
     requests = fixed_requests(tiny, 12, 9, 3)
     assert [len(r.token_ids) for r in requests] == [12, 12, 12] and len({tuple(r.token_ids) for r in requests}) == 3

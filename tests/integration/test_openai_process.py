@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from selector.errors import ConfigError
-from selector.serving.process import LOOPBACK, ServerProcess, ServerStartError, free_port, render_command
+from selector.engines.served.process import LOOPBACK, ServerProcess, ServerStartError, free_port, render_command
 
 pytestmark = pytest.mark.fast  # make test-fast: a server's process, started and stopped
 
@@ -88,7 +88,7 @@ def test_interrupted_it_gets_a_short_grace_then_sigkill(tmp_path: Path) -> None:
 
 
 def test_a_server_its_worker_left_behind_is_reaped(tmp_path: Path) -> None:
-    from selector.serving.process import reap_servers
+    from selector.engines.served.process import reap_servers
 
     server, pid_file = start(tmp_path, mode="stubborn")
     server.start()  # started, never stopped: as when the worker that started it is killed
@@ -140,7 +140,7 @@ def test_a_missing_program_is_a_config_error(tmp_path: Path) -> None:
 def test_a_port_taken_before_the_server_binds_it_gets_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    from selector.serving import servers
+    from selector.engines.served import servers
 
     script = tmp_path / "server.py"
     script.write_text(SERVER)

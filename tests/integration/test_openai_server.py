@@ -16,7 +16,7 @@ import pytest
 
 from selector.compose import compose as _compose
 from selector.config import LoadConfig
-from selector.engines.base import GenerationRequest, LoglikelihoodRequest
+from selector.generation import GenerationRequest, LoglikelihoodRequest
 from selector.errors import ConfigError
 
 pytest.importorskip("fastapi")
@@ -54,7 +54,7 @@ def served(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def test_greedy_generation_matches_the_in_process_engine(served: Any, tiny_dir: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selector.engines.hf import HFEngine
+    from selector.engines.inprocess.evaluator import HFEngine
 
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     local = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_dir).eval(), tok)

@@ -79,7 +79,7 @@ def test_a_sweep_attached_to_a_running_server(tmp_path: Path) -> None:
     """engine=openai: a server someone else started (here the vLLM stand-in, NOT vLLM), attached by
     URL. Evaluated and timed through it; its memory is not this machine's to read, so the weights
     are plan's estimate and said so."""
-    from selector.serving.process import LOOPBACK, ServerProcess, free_port
+    from selector.engines.served.process import LOOPBACK, ServerProcess, free_port
 
     model_dir = build_tiny_llama(tmp_path / "tiny-model")
     write_model_config(tmp_path / "conf", "tiny", model_dir)

@@ -21,10 +21,11 @@ import pytest
 import torch
 
 from selector.config import CalibrationConfig, ModelConfig
-from selector.engines.base import GenerationRequest, LoglikelihoodRequest
+from selector.generation import GenerationRequest, LoglikelihoodRequest
 from selector.errors import ConfigError, UnavailableError
 from selector.engines.spec import TopLogprobs
-from selector.measure.fidelity import Reference, compare_all, corpus_probes, probe_logprobs, reference_from
+from selector.engines.inprocess.logprobs import probe_logprobs
+from selector.measure.fidelity import PROBE_POSITIONS, Reference, compare_all, corpus_probes, reference_from
 from selector.models import ResolvedModel
 from selector.precisions import get_backend
 from selector.precisions.base import LoadContext, LoadedModel
@@ -111,17 +112,17 @@ def probes(tiny: Path) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def fp32_reference(tiny: Path, cache: Path, probes: list[list[int]]) -> Reference:
-    return reference_from(probe_logprobs(load(tiny, "fp32", cache).model, probes))
+    return reference_from(probe_logprobs(load(tiny, "fp32", cache).model, probes, PROBE_POSITIONS))
 
 
 @pytest.fixture(scope="module")
 def outcome(tiny: Path, cache: Path, probes: list[list[int]], fp32_reference: Reference):  # type: ignore[no-untyped-def]
     @functools.cache
     def run(name: str) -> Outcome:
-        from selector.engines.hf import HFEngine
+        from selector.engines.inprocess.evaluator import HFEngine
 
         loaded = load(tiny, name, cache)
-        kl, agree = compare_all(fp32_reference, (TopLogprobs(lp) for lp in probe_logprobs(loaded.model, probes)))
+        kl, agree = compare_all(fp32_reference, (TopLogprobs(lp) for lp in probe_logprobs(loaded.model, probes, PROBE_POSITIONS)))
         engine = HFEngine(loaded.model, loaded.tokenizer, batch_size=2)
         gen = engine.generate([GenerationRequest("Bob bought 3 apples and", 8), GenerationRequest("def add(a, b):", 8)])
         score = engine.loglikelihood([LoglikelihoodRequest("The food was great and the staff were", " lovely")])

@@ -14,13 +14,13 @@ from selector.config import CalibrationConfig, ModelConfig, SelectorConfig, Sour
 from selector.measure.fidelity import (
     PROBE_POSITIONS,
     TOP_K,
-    ensure_reference,
     load_reference,
     measure_fidelity,
     probe_token_ids,
 )
 from selector import precisions
-from selector.engines.inprocess import HfEngineConfig, InProcessRunning
+from selector.sweep.reference import ensure_reference
+from selector.engines.inprocess.engine import HfEngineConfig, InProcessRunning
 from selector.tasks import load_evalset
 from selector.paths import DEFAULT_EVALSET
 from tests.factories import selector_config

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from selector.measure.memory import weight_bytes
+from selector.resources.memory import weight_bytes
 from selector.plan.arch import ArchFacts
 from selector.plan.estimate import estimate_weights
 from tests.factories import shipped_precision as precision
@@ -169,7 +169,7 @@ def test_an_explicit_gptqmodel_kernel_is_the_one_that_runs(tiny: Path, cache: Pa
 
 
 def test_the_unpacked_note_comes_from_the_kernel_info(tiny: Path, cache: Path) -> None:
-    from selector.engines.inprocess import HfEngineConfig, InProcessRunning
+    from selector.engines.inprocess.engine import HfEngineConfig, InProcessRunning
 
     notes = {}
     for name in ("awq-int4", "gptq-int4"):

@@ -17,7 +17,7 @@ from scipy.stats import binomtest
 
 from selector import models
 from selector.config import CalibrationConfig, ModelConfig, SelectorConfig
-from selector.engines.inprocess import HfEngineConfig, InProcessRunning
+from selector.engines.inprocess.engine import HfEngineConfig, InProcessRunning
 from selector.measure.fidelity import measure_fidelity
 from selector.precisions import get_backend
 from selector.precisions.base import LoadContext, LoadedModel
@@ -55,7 +55,7 @@ def load_variant(cfg: SelectorConfig, tasks: list) -> LoadedModel:  # type: igno
 
 def sentiment_scores(loaded: LoadedModel, cfg: SelectorConfig, sentiment: list) -> dict[str, float]:  # type: ignore[type-arg]
     """Each sentiment item's score (0 or 1), by item id."""
-    from selector.engines.hf import HFEngine
+    from selector.engines.inprocess.evaluator import HFEngine
 
     _, samples = evaluate_task(HFEngine(loaded.model, loaded.tokenizer, 8), sentiment[0], cfg.model.name,
                                cfg.model.prompt_style)

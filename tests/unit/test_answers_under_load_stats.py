@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from selector.engines.base import GenerationRequest, ItemRef
-from selector.engines.trace import RequestTrace
+from selector.generation import GenerationRequest, ItemRef
+from selector.trace import RequestTrace
 from selector.measure.answers import AnswerScorer
 from selector.measure.load_driver import drive_level
 from selector.measure.requests import salted

@@ -4,7 +4,7 @@ and its log's last lines (selector.measure.traffic.run_capacity); the search's r
 from __future__ import annotations
 
 from selector.measure.traffic import _server_died
-from selector.serving.process import ServerDiedError
+from selector.engines.spec import ServerDiedError
 from tests.unit.test_selection_cost import confirmation, interval_capacity
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from selector.engines.base import GenerationRequest
+from selector.generation import GenerationRequest
 from selector.engines.scripted import ScriptedEngine, ScriptedEngineConfig
 from selector.engines.spec import Batching, StartContext
 from selector.measure.fidelity import compare_all, probe_token_ids, reference_from

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from selector.config import LoadConfig
-from selector.engines.base import GenerationRequest
-from selector.engines.openai import OpenAIEngine
-from selector.engines.trace import RequestTrace
+from selector.generation import GenerationRequest
+from selector.engines.served.client import OpenAIEngine
+from selector.trace import RequestTrace
+from selector.engines.conversations import Conversations
+from selector.generation import ReplayRequest
 from selector.measure.requests import (
     SALT_FORBIDDEN,
-    Conversations,
-    ReplayRequest,
     cycled,
     declared_group,
     salted,
@@ -108,9 +108,10 @@ def test_a_session_turn_and_a_warm_up_keep_their_salt() -> None:
 
 
 def test_the_ladder_salts_the_warm_up_and_every_level_afresh() -> None:
+    from selector.engines.spec import Channel
     from selector.measure.load_driver import Probe
     from selector.measure.traffic import ladder
-    from selector.measure.utilization import UtilizationMonitor
+    from selector.resources.utilization import UtilizationMonitor
 
     seen: list[str | None] = []
 
@@ -120,7 +121,7 @@ def test_the_ladder_salts_the_warm_up_and_every_level_afresh() -> None:
         return RequestTrace(sent=now, end=now, token_times=[now], output_tokens=1, text="ok")
 
     cfg = LoadConfig(enabled=True, concurrency=[1, 2], rates_rps=[500.0], requests_per_level=4)
-    probe = Probe(send, cfg, lambda: UtilizationMonitor(None, time.thread_time, [], subtract_harness=True))
+    probe = Probe(Channel(send, lambda: UtilizationMonitor(None, time.thread_time, [], subtract_harness=True)), cfg)
     pool = [GenerationRequest("same prompt", 2)] * 4
     replay = [0.0, 0.001, 0.002, 0.003]
     outcomes = asyncio.run(ladder(probe, pool, warmup=pool[:2], replay=replay))

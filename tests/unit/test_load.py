@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from selector.config import LoadConfig
-from selector.engines.base import GenerationRequest
-from selector.engines.openai import carries_token, continuation_score, cut_at_stop, render_messages
+from selector.generation import GenerationRequest
+from selector.engines.served.client import carries_token, continuation_score, cut_at_stop, render_messages
 from selector.errors import ConfigError
 from selector.measure.traffic import (
     CUT_OFF,
@@ -24,10 +24,10 @@ from selector.measure.traffic import (
     poisson_arrivals,
     summarize_level,
 )
-from selector.measure.utilization import CpuMeter, GpuSampler, UtilizationMonitor, nvml_indices
-from selector.serving import prometheus
-from selector.serving.process import render_command
-from selector.engines.trace import RequestTrace
+from selector.resources.utilization import CpuMeter, GpuSampler, UtilizationMonitor, nvml_indices
+from selector.engines.served import metrics as prometheus
+from selector.engines.served.process import render_command
+from selector.trace import RequestTrace
 
 
 def trace(sent: float, tokens: list[float], end: float, error: str | None = None, out: int | None = None,

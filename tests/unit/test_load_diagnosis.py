@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from selector.engines.trace import RequestTrace
+from selector.trace import RequestTrace
 from selector.measure.traffic import summarize_level
-from selector.serving.diagnosis import Serving, diagnose, diagnose_ladder, headline, shares
-from selector.serving import prometheus
+from selector.measure.diagnosis import Serving, diagnose, diagnose_ladder, headline, shares
+from selector.engines.served import metrics as prometheus
 from selector.records import LoadLevel, Percentiles
 
 INPROC = Serving("inprocess", max_batch_size=4, max_queue_delay_ms=10)

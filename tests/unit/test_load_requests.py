@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from selector.engines.base import GenerationRequest
-from selector.engines.trace import RequestTrace
+from selector.generation import GenerationRequest
+from selector.trace import RequestTrace
 from selector.measure.traffic import drive_level
+from selector.engines.conversations import Conversations
+from selector.generation import ReplayRequest
+from selector.measure.jsonl import RequestFileError
 from selector.measure.requests import (
-    Conversations,
-    ReplayRequest,
-    RequestFileError,
     cycled,
     has_arrivals,
     read_request_file,

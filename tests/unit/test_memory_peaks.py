@@ -1,9 +1,9 @@
-"""Combining the peaks of two stretches of one phase (selector.measure.memory.higher): the serving
+"""Combining the peaks of two stretches of one phase (selector.resources.memory.higher): the serving
 peak is the higher of what it held before fidelity's probe passes and after them."""
 
 from __future__ import annotations
 
-from selector.measure.memory import higher
+from selector.resources.memory import higher
 from selector.records import PeakMemory
 
 GB = 2**30

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from selector.engines.base import Loglikelihood
+from selector.generation import Loglikelihood
 from selector.registry import UnknownNameError
 from selector.tasks.metrics import (
     METRICS,

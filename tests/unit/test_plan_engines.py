@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from selector.config import ModelConfig, PrecisionConfig, SelectorConfig, SourceConfig
-from selector.engines.inprocess import HfEngineConfig
-from selector.engines.vllm import VllmEngineConfig
+from selector.engines.inprocess.engine import HfEngineConfig
+from selector.engines.vllm.engine import VllmEngineConfig
 from selector.plan.arch import ArchFacts
 from selector.plan.estimate import estimate_weights, plan_row
 from tests.unit.test_plan_arch import QWEN_CODER, SMOLLM2, precision

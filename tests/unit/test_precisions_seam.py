@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from selector.config import CalibrationConfig, ModelConfig, PrecisionConfig, SelectorConfig, SourceConfig
-from selector.engines.inprocess import HfEngineConfig
+from selector.engines.inprocess.engine import HfEngineConfig
 from selector.errors import ConfigError
 from selector.precisions import BACKENDS, get_backend
 

@@ -1,6 +1,6 @@
 """A served variant's memory and log-probabilities, without a model server: the footprint of a real
-process and the KV gauge of a real /metrics page (serving/footprint.py), the top-k rows a server
-returns (engines/served.py top_of), and which precisions a server can load."""
+process and the KV gauge of a real /metrics page (engines/served/footprint.py), the top-k rows a server
+returns (engines/served/running.py top_of), and which precisions a server can load."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from selector.engines.served import top_of, unservable
-from selector.serving.footprint import KV_USAGE_GAUGES, ServerFootprint, gauge
+from selector.engines.served.running import top_of, unservable
+from selector.engines.served.footprint import KV_USAGE_GAUGES, ServerFootprint, gauge
 from tests.factories import selector_config
 
 MB = 2**20

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from selector.engines.base import (
+from selector.generation import (
     Generation,
     GenerationRequest,
     Loglikelihood,

@@ -1,6 +1,6 @@
 """Starting the servers of one variant: each on a free loopback port, all at once, every one stopped
-if any fails to come up or the caller is interrupted (engines/vllm.py and engines/command.py start
-theirs through here; serving/process.py runs one)."""
+if any fails to come up or the caller is interrupted (engines/vllm/engine.py and engines/served/command.py start
+theirs through here; engines/served/process.py runs one)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from selector.serving.process import LOOPBACK, ServerProcess, ServerStartError, free_port
+from selector.engines.served.process import LOOPBACK, ServerProcess, ServerStartError, free_port
 
-log = logging.getLogger("selector.serving.servers")
+log = logging.getLogger("selector.engines.served.servers")
 
 
 PORT_TRIES = 3

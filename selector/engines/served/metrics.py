@@ -17,7 +17,7 @@ from typing import Any
 
 from selector.records import Percentiles
 
-log = logging.getLogger("selector.serving.prometheus")
+log = logging.getLogger("selector.engines.served.metrics")
 
 # Histogram names in seconds, first match wins.
 QUEUE_HISTOGRAMS = ("vllm:request_queue_time_seconds", "tgi_request_queue_duration")

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from selector.engines.served import (
+from selector.engines.served.running import (
     PREFIX_CACHE_RANGE,
     ServedRunning,
     ServerConfig,
@@ -23,7 +23,7 @@ from selector.engines.served import (
 )
 from selector.engines.spec import Engine, Range, StartContext
 
-log = logging.getLogger("selector.engines.attached")
+log = logging.getLogger("selector.engines.served.attached")
 
 
 @dataclass
@@ -56,7 +56,7 @@ class AttachedEngine(Engine):
                                "(or start one per variant: engine=vllm, engine=openai-transformers)")
 
     def start(self, ctx: StartContext) -> ServedRunning:
-        from selector.engines.openai import OpenAIEngine
+        from selector.engines.served.client import OpenAIEngine
 
         config = self.config
         checkpoint = _cached_checkpoint(ctx)
@@ -68,10 +68,8 @@ class AttachedEngine(Engine):
                               chat=config.chat, concurrency=config.batch_size, timeout_s=config.request_timeout_s,
                               params=config.params, chat_renderer=chat_template(tokenizer),
                               cache_salt=config.prefix_cache == "salt")
-        from selector.plan.estimate import planned_weight_bytes
-
         return ServedRunning("openai", client, tokenizer, [], dtype=ctx.cfg.precision.dtype,
-                             planned_weights=int(planned_weight_bytes(ctx.cfg, ctx.device.split(":")[0])[0]))
+                             planned_weights=ctx.planned_weight_bytes or 0)
 
 
 def _cached_checkpoint(ctx: StartContext) -> str | None:

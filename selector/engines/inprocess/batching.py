@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from selector.engines.trace import RequestTrace
+from selector.trace import RequestTrace
 
-log = logging.getLogger("selector.serving.batching")
+log = logging.getLogger("selector.engines.inprocess.batching")
 
 OnDone = Callable[[RequestTrace], None]
 

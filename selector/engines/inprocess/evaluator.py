@@ -31,16 +31,18 @@ from typing import Any, Sequence
 
 import torch
 
-from selector.engines.base import (
+from selector.generation import (
     Generation,
     GenerationRequest,
     Loglikelihood,
     LoglikelihoodRequest,
     Progress,
     Prompt,
+    encode_prompt,
+    render_prompt,
 )
-from selector.engines.fast import FastPath
-from selector.engines.greedy import greedy_generate
+from selector.engines.inprocess.fast import FastPath
+from selector.engines.inprocess.greedy import greedy_generate
 
 
 class StopOnStrings:
@@ -88,17 +90,6 @@ def shared_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
     while n < limit and all(s[n] == first[n] for s in sequences):
         n += 1
     return max(n, 0)
-
-
-def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-
-
-def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
-    # Chat templates already write the BOS token themselves; plain prompts get the tokenizer's.
-    return tokenizer(render_prompt(tokenizer, prompt), add_special_tokens=isinstance(prompt, str))["input_ids"]
 
 
 class HFEngine:
@@ -152,7 +143,7 @@ class HFEngine:
                 stopping_criteria=[StopOnStrings(self.tok, ids.shape[1], stops)] if stops else None,
             )
             new_tokens = out[:, ids.shape[1] :].tolist()
-        else:  # finished rows leave the batch (engines/greedy.py)
+        else:  # finished rows leave the batch (engines/inprocess/greedy.py)
             new_tokens = greedy_generate(self.model, ids, mask, max_new, self.eos_ids, self._stop_check(stops), past,
                                          self._keeps_logits)
         gens = []

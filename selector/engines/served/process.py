@@ -25,9 +25,10 @@ import httpx
 import psutil
 
 from selector.errors import ConfigError
+from selector.engines.spec import ServerDiedError
 from selector.processes import die_with_parent, signal_group
 
-log = logging.getLogger("selector.serving.process")
+log = logging.getLogger("selector.engines.served.process")
 
 LOOPBACK = "127.0.0.1"
 PLACEHOLDERS = ("model_path", "port", "host", "dtype", "served_model")
@@ -36,10 +37,6 @@ INTERRUPTED_GRACE_S = 3.0
 
 class ServerStartError(RuntimeError):
     """The server exited, or did not answer in time; the message ends with its log's last lines."""
-
-
-class ServerDiedError(RuntimeError):
-    """The server exited while it was being measured; the message ends with its log's last lines."""
 
 
 def free_port() -> int:

@@ -185,7 +185,7 @@ def cpu_list(cores: list[int]) -> str:
 
 def environment(cfg: Any, placement: Placement) -> dict[str, str]:
     """What vLLM's CPU backend reads from the environment (added to the harness's own), for a server
-    placed so (selector.serving.vllm.placements)."""
+    placed so (selector.engines.vllm.launch.placements)."""
     env = {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg.kv_cache_gib)),
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",  # no usage report leaves the machine
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # it serves a local folder

@@ -6,8 +6,8 @@ of its own; from then on the process serves it, and its resident high-water mark
 reserved peak) is the serving peak, except while fidelity's probe passes run (selector's own
 measurement, with prompts of up to 1024 tokens and the whole vocabulary's distributions).
 
-Evaluation batches through HFEngine (engines/hf.py); every timed figure goes through `send`, a
-dynamic batching scheduler in front of the model (serving/batching.py), as a server would take the
+Evaluation batches through HFEngine (engines/inprocess/evaluator.py); every timed figure goes through `send`, a
+dynamic batching scheduler in front of the model (engines/inprocess/batching.py), as a server would take the
 requests: at concurrency 1 a batch of one, at a throughput batch size that many at once, under
 load the batching the measure config sets.
 """
@@ -22,11 +22,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from selector.engines.base import GenerationRequest
+from selector.generation import GenerationRequest
 from selector.engines.spec import Batching, Engine, EngineInfo, Knob, Range, Running, StartContext, TopLogprobs
-from selector.engines.trace import RequestTrace
+from selector.trace import RequestTrace
 
-log = logging.getLogger("selector.engines.inprocess")
+log = logging.getLogger("selector.engines.inprocess.engine")
 
 
 @dataclass
@@ -34,7 +34,7 @@ class HfEngineConfig:
     kind: str = "hf"
     batch_size: int = 8  # evaluation rows per batch
     max_batch_tokens: int = 16384  # cap on padded tokens per batch, so long prompts get smaller batches
-    # Static KV cache + torch.compile'd decode step (engines/fast.py). auto: on for CUDA, off for
+    # Static KV cache + torch.compile'd decode step (engines/inprocess/fast.py). auto: on for CUDA, off for
     # CPU; on: also on CPU, and a failing compile fails the variant. A string: quote it in YAML
     # ('on'), where a bare on/off reads as true/false (also accepted).
     compile: str = "auto"
@@ -52,7 +52,7 @@ class InProcessEngine(Engine):
               Range("max_batch_tokens", lambda v: v >= 1, "at least 1"))
 
     def check(self, cfg: Any, origin: Any) -> None:
-        from selector.engines.fast import compile_setting
+        from selector.engines.inprocess.fast import compile_setting
         from selector.errors import ConfigError
 
         try:
@@ -70,8 +70,8 @@ class InProcessRunning(Running):
 
     def __init__(self, config: HfEngineConfig, loaded: Any, resolved: Any = None, device: str = "cpu") -> None:
         """The engine around a model already loaded (LoadedModel); `load` loads one as a sweep does."""
-        from selector.engines.hf import HFEngine
-        from selector.measure.memory import PhaseMeter
+        from selector.engines.inprocess.evaluator import HFEngine
+        from selector.resources.memory import PhaseMeter
 
         self.config, self.loaded, self.resolved, self.device = config, loaded, resolved, device
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
@@ -89,7 +89,7 @@ class InProcessRunning(Running):
     def load(cls, config: HfEngineConfig, ctx: StartContext) -> InProcessRunning:
         """Load the variant from the cache (quantizing it first only if the preparation process did
         not), between two readings of this process's memory: the load is a phase of its own."""
-        from selector.measure.memory import PhaseMeter, current_rss_bytes
+        from selector.resources.memory import PhaseMeter, current_rss_bytes
         from selector.precisions import load_variant
         from selector.precisions.calibration import calibration_texts
 
@@ -117,7 +117,7 @@ class InProcessRunning(Running):
         return self.hf.render(prompt)
 
     def rebatched(self, batch_size: int) -> Any:
-        from selector.engines.hf import HFEngine
+        from selector.engines.inprocess.evaluator import HFEngine
 
         return HFEngine(self.model, self.tokenizer, batch_size, self.config.max_batch_tokens)
 
@@ -125,10 +125,10 @@ class InProcessRunning(Running):
     @asynccontextmanager
     async def session(self, batching: Batching) -> AsyncIterator[Any]:
         """A dynamic batching scheduler in front of the model; `send` submits to it and waits."""
-        from selector.measure.load_driver import Channel
-        from selector.measure.requests import Conversations
-        from selector.measure.utilization import UtilizationMonitor, nvml_indices, own_process
-        from selector.serving.batching import BatchingScheduler
+        from selector.engines.spec import Channel
+        from selector.engines.conversations import Conversations
+        from selector.resources.utilization import UtilizationMonitor, nvml_indices, own_process
+        from selector.engines.inprocess.batching import BatchingScheduler
 
         device = next(self.model.parameters()).device
         gpus = nvml_indices([device.index or 0]) if device.type == "cuda" else []
@@ -174,8 +174,8 @@ class InProcessRunning(Running):
     def token_logprobs(self, prompts: list[list[int]], positions: int) -> Iterator[TopLogprobs]:
         """The whole vocabulary's log-probabilities, one probe at a time, unpadded. Selector's own
         measurement: the serving peak so far is kept and the meter restarts after it."""
-        from selector.measure.fidelity import probe_logprobs
-        from selector.measure.memory import higher
+        from selector.engines.inprocess.logprobs import probe_logprobs
+        from selector.resources.memory import higher
 
         self.held = higher(self.held, self.meter.read())
         try:
@@ -186,7 +186,7 @@ class InProcessRunning(Running):
 
     # ---- memory and what ran ---------------------------------------------------------------------
     def memory(self) -> Any:
-        from selector.measure.memory import higher, measure_memory
+        from selector.resources.memory import higher, measure_memory
         from selector.precisions.base import dir_bytes
 
         loaded, resolved = self.loaded, self.resolved

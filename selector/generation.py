@@ -10,7 +10,7 @@ tokenizer, and vLLM, take as they are.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Union
+from typing import Any, Callable, Protocol, Union
 
 Messages = list[dict[str, str]]
 Prompt = Union[str, Messages]
@@ -82,3 +82,28 @@ class Evaluator(Protocol):
     def render(self, prompt: Prompt) -> str:
         """The exact text the model sees for a prompt (chat template applied)."""
         ...
+
+
+@dataclass
+class ReplayRequest(GenerationRequest):
+    """A request from the file: its recorded arrival, and its place in a conversation."""
+
+    arrival_s: float | None = None
+    session: str | None = None
+    turn: int = 0  # 1-based within its session; 0 outside a session
+    line: int = 0
+    # Requests with the same `shares` may share cached prompt blocks (a trace's rows: their prompts
+    # share exactly the blocks their hash_ids declare, and nothing else); None: none beyond its session.
+    shares: str | None = None
+
+
+def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
+    """The token ids a model sees for a prompt, chat template applied (a transformers tokenizer)."""
+    # Chat templates already write the BOS token themselves; plain prompts get the tokenizer's.
+    return tokenizer(render_prompt(tokenizer, prompt), add_special_tokens=isinstance(prompt, str))["input_ids"]

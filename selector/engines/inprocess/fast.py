@@ -28,7 +28,7 @@ from typing import Any
 
 from selector.errors import ConfigError
 
-log = logging.getLogger("selector.engines.fast")
+log = logging.getLogger("selector.engines.inprocess.fast")
 
 SETTINGS = ("auto", "on", "off")
 BUCKET = 128  # cache lengths are rounded up to this: fewer shapes, fewer compiles

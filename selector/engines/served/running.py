@@ -2,9 +2,9 @@
 running engine the variant is evaluated and measured through.
 
 The server is the only copy of the model: the worker never loads it. Evaluation goes through
-/v1/completions and /v1/chat/completions (engines/openai.py), every timed figure through one
+/v1/completions and /v1/chat/completions (engines/served/client.py), every timed figure through one
 streamed request per `send`, fidelity through the prompt log-probabilities the server returns, and
-memory is read off the server's own processes (serving/footprint.py).
+memory is read off the server's own processes (engines/served/footprint.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import httpx
 from selector.engines.spec import Batching, EngineInfo, Range, Running, StartContext, TopLogprobs
 from selector.errors import ConfigError, UnavailableError
 
-log = logging.getLogger("selector.engines.served")
+log = logging.getLogger("selector.engines.served.running")
 
 
 @dataclass
@@ -129,7 +129,7 @@ class ServedRunning(Running):
     def __init__(self, name: str, client: Any, tokenizer: Any, servers: list[Any], *, quant: Any = None,
                  checkpoint: str | None = None, dtype: str = "bfloat16", token_ids: bool = False,
                  max_logprobs: int | None = None, planned_weights: int = 0) -> None:
-        from selector.serving.footprint import ServerFootprint
+        from selector.engines.served.footprint import ServerFootprint
 
         self.name, self.client, self.tokenizer, self.servers = name, client, tokenizer, servers
         self.planned_weights = planned_weights  # plan's estimate, for a server whose checkpoint is not here
@@ -155,10 +155,10 @@ class ServedRunning(Running):
     @asynccontextmanager
     async def session(self, batching: Batching) -> AsyncIterator[Any]:
         """Streamed requests over one HTTP client; the server batches them as it was started to."""
-        from selector.measure.load_driver import Channel
-        from selector.measure.requests import Conversations
-        from selector.measure.utilization import UtilizationMonitor, own_process, process_cpu_seconds
-        from selector.serving import prometheus
+        from selector.engines.spec import Channel
+        from selector.engines.conversations import Conversations
+        from selector.resources.utilization import UtilizationMonitor, own_process, process_cpu_seconds
+        from selector.engines.served import metrics as prometheus
 
         this_process = own_process()
         urls = self.metrics_urls()
@@ -175,7 +175,8 @@ class ServedRunning(Running):
 
             yield Channel(Conversations().wrap(send), monitor, scrape=lambda: prometheus.scrape_all(http, urls),
                           split=prometheus.level_split, describe_split=prometheus.split_source,
-                          counters=lambda: prometheus.scrape_counters(http, urls))
+                          counters=lambda: prometheus.scrape_counters(http, urls),
+                          prefix_cache_hit_rate=prometheus.prefix_cache_hit_rate)
 
     def warm(self, ids: list[list[int]], new_tokens: int) -> None:
         """A server compiles its own shapes (at start, or in the measurement's warm-up requests)."""
@@ -196,7 +197,7 @@ class ServedRunning(Running):
 
     def weight_bytes(self) -> int | None:
         """The weights as served: from the checkpoint, each floating tensor at the served dtype."""
-        from selector.serving.footprint import checkpoint_weight_bytes
+        from selector.engines.served.footprint import checkpoint_weight_bytes
 
         return checkpoint_weight_bytes(self.checkpoint, self.dtype) if self.checkpoint else None
 
@@ -221,7 +222,7 @@ class ServedRunning(Running):
     @property
     def local(self) -> bool:
         """The server runs on this machine (its GPU use can be sampled here)."""
-        from selector.serving.process import LOOPBACK
+        from selector.engines.served.process import LOOPBACK
 
         return bool(self.servers) or httpx.URL(self.client.base_url).host in (LOOPBACK, "localhost", "::1")
 

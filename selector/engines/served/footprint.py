@@ -26,7 +26,7 @@ import httpx
 
 from selector.records import MemoryResult, PeakMemory
 
-log = logging.getLogger("selector.serving.footprint")
+log = logging.getLogger("selector.engines.served.footprint")
 
 KV_USAGE_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the second: older vLLM
 SAMPLE_S = 0.25  # the KV gauge moves with every scheduler step; a short peak between samples is missed

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from selector.engines.base import (
+from selector.generation import (
     Generation,
     GenerationRequest,
     Loglikelihood,
@@ -34,7 +34,7 @@ from selector.engines.base import (
     Prompt,
 )
 from selector.errors import ConfigError
-from selector.engines.trace import RequestTrace
+from selector.trace import RequestTrace
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from selector.engines.served import (
+from selector.engines.served.running import (
     PREFIX_CACHE_RANGE,
     ServedRunning,
     StartedServerConfig,
@@ -56,7 +56,7 @@ class CommandEngine(Engine):
 
     def check(self, cfg: Any, origin: Any) -> None:
         from selector.errors import ConfigError
-        from selector.serving.process import render_command
+        from selector.engines.served.process import render_command
 
         try:  # unknown placeholders, no {port}: now, not each variant when its server will not start
             render_command(self.config.server_command, dict.fromkeys(
@@ -68,9 +68,9 @@ class CommandEngine(Engine):
         return unservable(cfg)
 
     def start(self, ctx: StartContext) -> ServedRunning:
-        from selector.engines.openai import OpenAIEngine
-        from selector.serving.process import LOOPBACK, render_command
-        from selector.serving.servers import log_paths, start_servers
+        from selector.engines.served.client import OpenAIEngine
+        from selector.engines.served.process import LOOPBACK, render_command
+        from selector.engines.served.servers import log_paths, start_servers
 
         config, cfg = self.config, ctx.cfg
         checkpoint, quant = servable_checkpoint(ctx)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import psutil
 
-log = logging.getLogger("selector.measure.utilization")
+log = logging.getLogger("selector.resources.utilization")
 
 
 def available_cores() -> int:

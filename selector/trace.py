@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from selector.engines.base import ItemRef
+from selector.generation import ItemRef
 
 
 @dataclass

@@ -2,7 +2,7 @@
 variant's checkpoint (its quantized artifact, or the model folder), on free loopback ports, in its
 own process groups, one server per `engine.vllm.instances` with the cores split between them.
 
-How the command is built, where vLLM is found and what its log says are selector/serving/vllm.py.
+How the command is built, where vLLM is found and what its log says are selector/engines/vllm/launch.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from selector.engines.served import (
+from selector.engines.served.running import (
     PREFIX_CACHE_RANGE,
     ServedRunning,
     StartedServerConfig,
@@ -24,7 +24,7 @@ from selector.engines.served import (
 )
 from selector.engines.spec import Engine, Knob, Range, StartContext
 
-log = logging.getLogger("selector.engines.vllm")
+log = logging.getLogger("selector.engines.vllm.engine")
 
 
 @dataclass
@@ -109,7 +109,7 @@ class VllmEngine(Engine):
         return CPU_RUNTIME_BYTES[mode] * self.config.vllm.instances
 
     def check(self, cfg: Any, origin: Any) -> None:
-        from selector.serving import vllm
+        from selector.engines.vllm import launch as vllm
 
         vllm.check_harness_flags(self.config.vllm)
         python = vllm.python_for(self.config.vllm)  # vLLM not installed: one line naming the install command
@@ -117,15 +117,15 @@ class VllmEngine(Engine):
         vllm.placements(cfg.threads, self.config.vllm.instances)  # more instances than cores
 
     def unavailable(self, cfg: Any) -> str | None:
-        from selector.serving.vllm import not_servable
+        from selector.engines.vllm.launch import not_servable
 
         return not_servable(cfg.precision)
 
     def start(self, ctx: StartContext) -> VllmRunning:
-        from selector.engines.openai import OpenAIEngine
-        from selector.serving import vllm
-        from selector.serving.process import LOOPBACK
-        from selector.serving.servers import log_paths, start_servers
+        from selector.engines.served.client import OpenAIEngine
+        from selector.engines.vllm import launch as vllm
+        from selector.engines.served.process import LOOPBACK
+        from selector.engines.served.servers import log_paths, start_servers
 
         config, cfg = self.config, ctx.cfg
         checkpoint, quant = servable_checkpoint(ctx)
@@ -171,19 +171,19 @@ class VllmRunning(ServedRunning):
             return ""
 
     def kv_pool_bytes(self) -> int | None:
-        from selector.serving.vllm import kv_pool_bytes
+        from selector.engines.vllm.launch import kv_pool_bytes
 
         return kv_pool_bytes(self._log())
 
     def weight_bytes(self) -> int | None:
         """vLLM's own figure where it gives one (CUDA: "Model loading took X GiB"), else the
         checkpoint's tensors at the served dtype."""
-        from selector.serving.vllm import reported_weight_bytes
+        from selector.engines.vllm.launch import reported_weight_bytes
 
         return reported_weight_bytes(self._log()) or super().weight_bytes()
 
     def memory(self) -> Any:
-        from selector.serving.vllm import reported_weight_bytes
+        from selector.engines.vllm.launch import reported_weight_bytes
 
         result = super().memory()
         if reported_weight_bytes(self._log()):
@@ -191,7 +191,7 @@ class VllmRunning(ServedRunning):
         return result
 
     def serving_info(self) -> Any:
-        from selector.serving.vllm import serving_info
+        from selector.engines.vllm.launch import serving_info
 
         info = serving_info(self.servers, self.start_s)
         info.requests = self.requests_served()
@@ -201,7 +201,7 @@ class VllmRunning(ServedRunning):
         """Requests each instance has finished so far, from its /metrics (vllm:request_success)."""
         import httpx
 
-        from selector.serving.prometheus import counter
+        from selector.engines.served.metrics import counter
 
         out: list[int | None] = []
         for url in self.metrics_urls():
