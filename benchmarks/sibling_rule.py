@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from selector.search.driver import Shortfall
+from benchmarks.search_simulation import SEED, SIBLING_MARGIN, Variant, draw_sweep, grid, judge, search
 
 # The README's "What the default sweep measured": accuracy per task (%), quantization time (s), per
 # commit it was measured at (benchmarks/grid_table.py reads a grid's report into this form).
@@ -79,26 +79,10 @@ def largest_gains(counts: dict[str, dict[str, int]]) -> list[dict[str, object]]:
     return sorted(rows, key=lambda r: -float(r["gain"]))  # type: ignore[arg-type]
 
 
-def baseline_shortfall(stopper, scores: dict[str, np.ndarray], look: int | None, floors: dict[str, float],
-                       rule_passes: dict[str, bool]) -> Shortfall | None:  # type: ignore[no-untyped-def]
-    """What the sweep's outcome_of gives the driver for a baseline: the stopping decision's bound
-    (the real VariantStopper on the prefixes at the stopping look), or for a full-set rejection the
-    largest miss by the full-set score; None when neither is a floor's."""
-    if look is not None:
-        decision = stopper.check({t: s[:look] for t, s in scores.items()})
-        if decision is None or decision.floor is None:
-            return None
-        return Shortfall(decision.task, decision.bound, decision.floor)
-    misses = [Shortfall(t, float(s.mean()), floors[t], anytime=False) for t, s in scores.items()
-              if t in floors and not rule_passes[t]]  # fmt: skip
-    return max(misses, key=lambda m: m.gap) if misses else None
-
-
 def readme_sweep(rng: np.random.Generator, grid: dict[str, tuple]) -> dict:  # type: ignore[type-arg]
     """A stored grid as a sweep: each variant's per-task counts (sibling_rule.readme_counts), one
     fresh random order per task; costs: loading 10 s + 4 s per GB, the grid's measured quantization
     seconds, one item 0.05 s + 0.25 s per billion parameters."""
-    from benchmarks.adaptive_simulation import Variant
     counts = readme_counts(grid)
     variants = []
     for name, row in grid.items():
@@ -121,7 +105,6 @@ SIBLING_KEYS = ("skipped", "skipped_eligible", "eligible_siblings", "winner_diff
 
 def tally_siblings(tally: dict, sweep: dict, verdict: dict, full: dict, ours: dict | None = None) -> None:
     """One sweep, one worker: the rule at each margin (and off) against the full grid."""
-    from benchmarks.adaptive_simulation import SIBLING_MARGIN, search
     variants = sweep["variants"]
     by_name = {v.name: i for i, v in enumerate(variants)}
     eligible_siblings = sum(bool(verdict["eligible"][i]) for i, v in enumerate(variants) if v.precision != "bf16")
@@ -142,7 +125,6 @@ def tally_siblings(tally: dict, sweep: dict, verdict: dict, full: dict, ours: di
 def tally_no_fidelity(tally: dict, sweep: dict, verdict: dict) -> None:
     """Fidelity off (no reference to share): the order only matters for the rule. Compute cost of
     smallest first without and with the rule, and baseline first with it."""
-    from benchmarks.adaptive_simulation import search
     plain = search(sweep, verdict, 1, baseline_first=False, sibling_margin=None, fidelity=False)
     smallest = search(sweep, verdict, 1, baseline_first=False, fidelity=False)
     first = search(sweep, verdict, 1, baseline_first=True, fidelity=False)
@@ -155,7 +137,6 @@ def tally_no_fidelity(tally: dict, sweep: dict, verdict: dict) -> None:
 def stress_ladders(sweeps: int) -> dict:
     """Ladders where quantization can gain on a task (populations(stress=True)): the largest gains
     of a quantized variant over its baseline, and the rule's skips of grid-eligible variants."""
-    from benchmarks.adaptive_simulation import SEED, draw_sweep, grid, judge
     rng = np.random.default_rng(SEED + 1)
     tally = {m: dict.fromkeys(SIBLING_KEYS, 0.0) for m in ("off", *MARGINS)}
     gains = []
@@ -176,7 +157,6 @@ def stress_ladders(sweeps: int) -> dict:
 def readme_grid(draws: int, table: dict[str, tuple]) -> dict:  # type: ignore[type-arg]
     """A stored grid, in `draws` random item orders: the rule's skips (by name), against the grid's
     eligible variants and winner, and what it saves."""
-    from benchmarks.adaptive_simulation import SEED, grid, judge, search
     rng = np.random.default_rng(SEED + 2)
     tally = {m: dict.fromkeys(SIBLING_KEYS, 0.0) for m in ("off", *MARGINS)}
     skipped: dict[str, int] = {}
