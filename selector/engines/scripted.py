@@ -64,6 +64,9 @@ class ScriptedEngine(Engine):
               Range("slots", lambda v: v >= 1, "at least 1"), Range("batch_size", lambda v: v >= 1, "at least 1"),
               Range("vocab", lambda v: v >= 2, "at least 2"), Range("logit_noise", lambda v: v >= 0, "0 or more"))
 
+    def weights_held(self) -> str:
+        return "in-process"  # it stands in for the in-process model: plan counts the weights as that holds them
+
     def check(self, cfg: Any, origin: Any) -> None:
         for name, tasks in self.config.accuracy.items():
             for task, p in tasks.items():

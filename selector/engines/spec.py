@@ -223,6 +223,12 @@ class Engine:
         measured before the model loads, as the in-process engine does)."""
         return None
 
+    def weights_held(self) -> str:
+        """How this engine holds a variant's weights, for plan's estimate (selector.precisions.weights
+        .HOLDINGS): "in-process" (as the precision's own loader holds them), "packed" (the checkpoint
+        as saved, run by a server's packed kernels) or "unknown" (a server's own: counted as in-process)."""
+        return "in-process"
+
     def deploy_name(self) -> str | None:
         """The name policy.deploy_engine would give what runs the variant (None: not known here)."""
         return self.kind

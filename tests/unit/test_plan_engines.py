@@ -27,38 +27,38 @@ def g_idx_bytes(a: ArchFacts) -> int:
 def test_compressed_tensors_per_engine_and_device() -> None:
     a = arch()
     bf16 = 2 * a.params
-    hf_cpu = estimate_weights(a, AWQ4, "cpu", "hf")
-    hf_cuda = estimate_weights(a, AWQ4, "cuda", "hf")
-    served = estimate_weights(a, AWQ4, "cuda", "openai")
+    hf_cpu = estimate_weights(a, AWQ4, "cpu", "in-process")
+    hf_cuda = estimate_weights(a, AWQ4, "cuda", "in-process")
+    served = estimate_weights(a, AWQ4, "cuda", "packed")
     assert hf_cpu.bytes == bf16 and "unpacked on CPU" in hf_cpu.layout  # as before: transformers decompresses
     # On CUDA the kernel rule converts it to GPTQ v2 (packed, plus an int32 g_idx per input column) ...
     assert hf_cuda.bytes < 0.5 * bf16 and "GPTQ v2, marlin kernel" not in hf_cuda.layout  # asymmetric AWQ: no Marlin
     assert "GPTQ v2, exllama kernel" in hf_cuda.layout
     # ... and a server holds the compressed-tensors checkpoint as saved (no g_idx).
     assert hf_cuda.bytes - served.bytes == g_idx_bytes(a)
-    assert estimate_weights(a, AWQ4, "cpu", "openai").bytes == served.bytes
+    assert estimate_weights(a, AWQ4, "cpu", "packed").bytes == served.bytes
 
 
 def test_asking_for_the_dense_kernel_costs_bf16_memory_on_a_gpu_too() -> None:
     a = arch()
     dense = precision("awq-int4", "llmcompressor", method="awq", bits=4, group_size=128, kernel="dense")
-    est = estimate_weights(a, dense, "cuda", "hf")
+    est = estimate_weights(a, dense, "cuda", "in-process")
     assert est.bytes == 2 * a.params and "kernel dense" in est.layout
     symmetric_gptq = precision("g", "llmcompressor", method="gptq", bits=4, group_size=128)
-    assert "marlin kernel" in estimate_weights(a, symmetric_gptq, "cuda", "hf").layout
+    assert "marlin kernel" in estimate_weights(a, symmetric_gptq, "cuda", "in-process").layout
 
 
 def test_gptqmodel_is_packed_everywhere() -> None:
     a = arch()
     cpu, cuda, served = (estimate_weights(a, GPTQ4, d, e).bytes for d, e in
-                         (("cpu", "hf"), ("cuda", "hf"), ("cuda", "openai")))
+                         (("cpu", "in-process"), ("cuda", "in-process"), ("cuda", "packed")))
     assert cpu == cuda == served < 0.5 * 2 * a.params
 
 
 def test_native_and_bitsandbytes_do_not_depend_on_the_engine() -> None:
     a = ArchFacts.from_config(SMOLLM2, "smollm2")
     for prec in (precision("bf16", "native", bits=16), precision("int8", "bnb", method="int8", bits=8)):
-        assert len({estimate_weights(a, prec, d, e).bytes for d in ("cpu", "cuda") for e in ("hf", "openai")}) == 1
+        assert len({estimate_weights(a, prec, d, e).bytes for d in ("cpu", "cuda") for e in ("in-process", "packed")}) == 1
 
 
 def test_torchao_int8_counts_its_fp32_scale_and_int8_zero_point_per_row() -> None:
@@ -71,7 +71,7 @@ def test_torchao_int8_counts_its_fp32_scale_and_int8_zero_point_per_row() -> Non
 
 def test_a_prequantized_checkpoint_is_estimated_packed() -> None:
     a = arch()
-    assert estimate_weights(a, AWQ4, "cpu", "hf", prequantized=True).bytes < 0.5 * 2 * a.params
+    assert estimate_weights(a, AWQ4, "cpu", "in-process", prequantized=True).bytes < 0.5 * 2 * a.params
 
 
 def test_plan_row_passes_the_sweeps_engine(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -86,20 +86,55 @@ def test_plan_row_passes_the_sweeps_engine(tmp_path) -> None:  # type: ignore[no
     assert rows["hf"] - rows["vllm"] == g_idx_bytes(arch())
 
 
-def test_an_unknown_backend_is_estimated_unquantized() -> None:
-    a = arch()
-    est = estimate_weights(a, PrecisionConfig(name="x", backend="nope", dtype="bfloat16"), "cuda")
-    assert est.bytes == 2 * a.params and "unknown backend 'nope'" in est.layout
+def test_each_kind_plans_its_weights_as_it_holds_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The engine says how it holds the weights (Engine.weights_held): only vLLM runs the checkpoint
+    packed as saved; the scripted engine stands in for the in-process model; a started command or
+    an attached server holds them its own way, counted as transformers does and said so."""
+    import json
+
+    from selector.engines.scripted import ScriptedEngineConfig
+    from selector.engines.served.attached import AttachedEngineConfig
+    from selector.engines.served.command import CommandEngineConfig
+    from selector.plan.estimate import weights_held
+
+    (tmp_path / "config.json").write_text(json.dumps(QWEN_CODER))
+    model = ModelConfig(name="q", source=SourceConfig(kind="local", path=str(tmp_path)))
+    engines = (HfEngineConfig(), VllmEngineConfig(), ScriptedEngineConfig(),
+               CommandEngineConfig(server_command="transformers serve {model_path} --port {port}"),
+               AttachedEngineConfig())
+    rows, held = {}, {}
+    for engine in engines:
+        cfg = SelectorConfig(model=model, precision=AWQ4, cache_dir=str(tmp_path / "cache"), engine=engine)
+        held[engine.kind] = weights_held(cfg)
+        rows[engine.kind] = plan_row(cfg, batch=1, context=128, gpu_gib=None, device="cuda")
+    assert held == {"hf": "in-process", "vllm": "packed", "scripted": "in-process", "command": "unknown",
+                    "openai": "unknown"}
+    hf = rows["hf"].weight_bytes
+    assert rows["vllm"].weight_bytes == hf - g_idx_bytes(arch())  # as before
+    assert rows["scripted"].weight_bytes == rows["command"].weight_bytes == rows["openai"].weight_bytes == hf
+    assert rows["hf"].notes == rows["scripted"].notes == []
+    assert rows["command"].notes == rows["openai"].notes == [
+        "the server's own layout is not known here: counted as transformers holds them"]
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_existing_figures_are_unchanged(device: str) -> None:
-    """The figures of test_plan_arch.py's cases, recomputed by hand from the pre-seam formulas."""
-    a = arch()
-    linear = a.param_groups()["linear"]
-    rest = 2 * (a.params - linear)
-    shapes = [s for _ in range(a.num_layers) for s in a.linear_shapes()]
-    assert estimate_weights(a, precision("int8", "bnb", method="int8", bits=8), device).bytes == \
-        rest + sum(i * o + 4 * o for i, o in shapes)
-    expected_gptq = rest + sum(int(i * o / 2 + o * (i // 128) * 2.5) + 4 * i for i, o in shapes)
-    assert estimate_weights(a, GPTQ4, device).bytes == expected_gptq
+def test_plan_compare_asks_each_records_engine(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`selector plan --compare`: a record vLLM served is estimated packed, not as the in-process engine."""
+    import json
+    from types import SimpleNamespace
+
+    import selector.compose as compose
+    import selector.sweep.judging as judging
+    from selector.commands.plan import compare_records
+
+    (tmp_path / "config.json").write_text(json.dumps(QWEN_CODER))
+    model = ModelConfig(name="q", source=SourceConfig(kind="local", path=str(tmp_path)))
+    records = []
+    for engine in (HfEngineConfig(), VllmEngineConfig()):
+        cfg = SelectorConfig(model=model, precision=AWQ4, cache_dir=str(tmp_path / "cache"), engine=engine)
+        records.append(SimpleNamespace(name=f"q/{engine.kind}", status="completed", perf=None,
+                                       config=cfg, memory=SimpleNamespace(weight_bytes=10**9)))
+    monkeypatch.setattr(judging, "gather_records", lambda _: records)
+    monkeypatch.setattr(compose, "config_from_dict", lambda cfg: cfg)  # the records hold typed configs here
+    got = {c.variant: c.estimated_bytes for c in compare_records(tmp_path)}  # no perf: on CPU
+    assert got["q/hf"] == 2 * arch().params  # transformers decompresses it on CPU, as before
+    assert got["q/vllm"] == estimate_weights(arch(), AWQ4, "cpu", "packed").bytes < 0.5 * got["q/hf"]

@@ -51,6 +51,9 @@ class CommandEngine(Engine):
     def deploy_name(self) -> str | None:
         return self.display_name()
 
+    def weights_held(self) -> str:
+        return "unknown"  # whatever the command starts holds them its own way
+
     def prefix_cache(self) -> str:
         return self.config.prefix_cache
 

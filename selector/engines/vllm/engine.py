@@ -100,6 +100,9 @@ class VllmEngine(Engine):
     def prefix_cache(self) -> str:
         return self.config.prefix_cache
 
+    def weights_held(self) -> str:
+        return "packed"  # the checkpoint as saved, on vLLM's own packed kernels (compressed-tensors, int8 GEMMs)
+
     def planned_runtime_bytes(self, device: str) -> int | None:
         """vLLM's own runtime, per server, on CPU (measured); on a GPU not measured yet (its CUDA
         context and graphs), so plan gives no serving estimate there."""
