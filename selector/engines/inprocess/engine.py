@@ -45,6 +45,8 @@ class InProcessEngine(Engine):
     label = "hf"
     Config = HfEngineConfig
     in_process = True
+    # policy.deploy_engine names it `hf` (its deploy_name), never these.
+    deploy_spellings = ("transformers", "huggingface", "hugging-face", "in-process", "inprocess", "in_process", "local")
     # The dynamic batcher in front of the model under load: its knobs live with the load test.
     knobs = (Knob("measure.load.max_batch_size", "max_batch_size", "at least 1", lambda v: v >= 1),
              Knob("measure.load.max_queue_delay_ms", "max_queue_delay_ms", "0 or more", lambda v: v >= 0))

@@ -19,6 +19,7 @@ from selector.engines.served.running import (
     StartedServerConfig,
     api_key,
     chat_template,
+    in_process_comparison,
     servable_checkpoint,
     tokenizer_of,
 )
@@ -96,6 +97,9 @@ class VllmEngine(Engine):
 
     def copies(self) -> int:
         return self.config.vllm.instances
+
+    def in_process_comparison(self) -> Any:
+        return in_process_comparison(self.config)
 
     def prefix_cache(self) -> str:
         return self.config.prefix_cache
