@@ -232,6 +232,17 @@ class Engine:
         as saved, run by a server's packed kernels) or "unknown" (a server's own: counted as in-process)."""
         return "in-process"
 
+    def load_advice(self, layer: str, knobs: dict[str, Any], concurrency: int | None) -> str:
+        """The load diagnosis's advice (selector.measure.diagnosis) when `layer` holds a level's time:
+        "queue" (waiting behind running requests) or "batch_wait" (waiting for a batch to fill), in
+        this engine's own knobs. knobs: their values as the record set them (Knob.short -> value);
+        concurrency: the level's requests in flight (None: a rate). This default: a server whose
+        knobs the harness does not know."""
+        if layer == "queue":
+            return ("add an instance (a replica), or let the server run more requests at once "
+                    "(vLLM --max-num-seqs, TGI --max-batch-size)")
+        return "lower the server's own batching delay, if it has one, since batches do not fill at this load"
+
     def in_process_comparison(self) -> Engine | None:
         """The in-process engine a served variant's answers are compared with on the same checkpoint
         (engine.compare_in_process: record.agreement), or None: no comparison."""

@@ -104,6 +104,14 @@ class VllmEngine(Engine):
     def prefix_cache(self) -> str:
         return self.config.prefix_cache
 
+    def load_advice(self, layer: str, knobs: dict[str, Any], concurrency: int | None) -> str:
+        """The knobs a sweep can vary (engine.vllm.max_num_seqs, instances), with their values."""
+        if layer != "queue":
+            return super().load_advice(layer, knobs, concurrency)
+        seqs = f"now {knobs['max_num_seqs']}" if knobs.get("max_num_seqs") else "now vLLM's default"
+        return (f"sweep engine.vllm.max_num_seqs ({seqs}) to run more requests at once, or "
+                f"engine.vllm.instances (now {knobs.get('instances') or 1}) to spread them over servers")
+
     def weights_held(self) -> str:
         return "packed"  # the checkpoint as saved, on vLLM's own packed kernels (compressed-tensors, int8 GEMMs)
 
