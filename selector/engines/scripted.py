@@ -65,7 +65,9 @@ class ScriptedEngine(Engine):
               Range("vocab", lambda v: v >= 2, "at least 2"), Range("logit_noise", lambda v: v >= 0, "0 or more"))
 
     def weights_held(self) -> str:
-        return "in-process"  # it stands in for the in-process model: plan counts the weights as that holds them
+        # No model is loaded or converted: a variant's weights are its precision's checkpoint as saved
+        # (its nominal size, smaller for fewer bits), what its memory reports and the search orders by.
+        return "as-saved"
 
     def check(self, cfg: Any, origin: Any) -> None:
         for name, tasks in self.config.accuracy.items():

@@ -228,8 +228,9 @@ class Engine:
 
     def weights_held(self) -> str:
         """How this engine holds a variant's weights, for plan's estimate (selector.precisions.weights
-        .HOLDINGS): "in-process" (as the precision's own loader holds them), "packed" (the checkpoint
-        as saved, run by a server's packed kernels) or "unknown" (a server's own: counted as in-process)."""
+        .HOLDINGS): "in-process" (as the precision's own loader holds them), "as-saved" (the
+        checkpoint as saved, packed where quantized, as a server's kernels run it) or "unknown" (a
+        server's own way: counted as in-process, said so)."""
         return "in-process"
 
     def load_advice(self, layer: str, knobs: dict[str, Any], concurrency: int | None) -> str:

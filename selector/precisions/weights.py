@@ -15,9 +15,9 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # How an engine holds a variant's weights, as it says of itself (selector.engines.spec.Engine.weights_held);
 # the engine is not named here: precisions sit below engines.
 IN_PROCESS = "in-process"  # as the precision's own loader holds them in the variant's process (engine=hf)
-PACKED = "packed"  # the checkpoint as saved, run by a server's own packed kernels (engine=vllm)
+AS_SAVED = "as-saved"  # the checkpoint as saved, packed where quantized: a server's own kernels run it (engine=vllm)
 UNKNOWN = "unknown"  # a server whose layout the harness cannot tell: counted as in-process, said so
-HOLDINGS = (IN_PROCESS, PACKED, UNKNOWN)
+HOLDINGS = (IN_PROCESS, AS_SAVED, UNKNOWN)
 
 
 @dataclass
@@ -71,5 +71,5 @@ def packed_checkpoint(arch: Any, precision: PrecisionConfig, requested_group: in
 
 
 def served(holding: str) -> bool:
-    """holding: one of HOLDINGS. True when a server runs the checkpoint packed, as saved."""
-    return holding == PACKED
+    """holding: one of HOLDINGS. True when the checkpoint is held as saved (packed), as a server runs it."""
+    return holding == AS_SAVED

@@ -113,7 +113,7 @@ class VllmEngine(Engine):
                 f"engine.vllm.instances (now {knobs.get('instances') or 1}) to spread them over servers")
 
     def weights_held(self) -> str:
-        return "packed"  # the checkpoint as saved, on vLLM's own packed kernels (compressed-tensors, int8 GEMMs)
+        return "as-saved"  # the checkpoint as saved, on vLLM's own packed kernels (compressed-tensors, int8 GEMMs)
 
     def planned_runtime_bytes(self, device: str) -> int | None:
         """vLLM's own runtime, per server, on CPU (measured); on a GPU not measured yet (its CUDA
