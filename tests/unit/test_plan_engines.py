@@ -142,3 +142,22 @@ def test_plan_compare_asks_each_records_engine(tmp_path, monkeypatch) -> None:  
     got = {c.variant: c.estimated_bytes for c in compare_records(tmp_path)}  # no perf: on CPU
     assert got["q/hf"] == 2 * arch().params  # transformers decompresses it on CPU, as before
     assert got["q/vllm"] == estimate_weights(arch(), AWQ4, "cpu", "as-saved").bytes < 0.5 * got["q/hf"]
+
+
+def test_an_unknown_backend_is_estimated_unquantized() -> None:
+    a = arch()
+    est = estimate_weights(a, PrecisionConfig(name="x", backend="nope", dtype="bfloat16"), "cuda")
+    assert est.bytes == 2 * a.params and "unknown backend 'nope'" in est.layout
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_existing_figures_are_unchanged(device: str) -> None:
+    """The figures of test_plan_arch.py's cases, recomputed by hand from the pre-seam formulas."""
+    a = arch()
+    linear = a.param_groups()["linear"]
+    rest = 2 * (a.params - linear)
+    shapes = [s for _ in range(a.num_layers) for s in a.linear_shapes()]
+    assert estimate_weights(a, precision("int8", "bnb", method="int8", bits=8), device).bytes == \
+        rest + sum(i * o + 4 * o for i, o in shapes)
+    expected_gptq = rest + sum(int(i * o / 2 + o * (i // 128) * 2.5) + 4 * i for i, o in shapes)
+    assert estimate_weights(a, GPTQ4, device).bytes == expected_gptq
