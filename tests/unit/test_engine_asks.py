@@ -77,3 +77,18 @@ def test_the_in_process_comparison_comes_from_the_engine() -> None:
                    CommandEngineConfig(server_command="x --port {port}", compare_in_process=True)):
         local = engine_for(config).in_process_comparison()
         assert isinstance(local, InProcessEngine) and local.config == HfEngineConfig()
+
+
+def test_selecting_again_checks_deploy_engine_against_the_records_engines() -> None:
+    """`selector select` with policy.deploy_engine=...: the same check, against what the records ran on."""
+    from selector.config import SelectorConfig
+    from selector.sweep.stored import _check_deploy
+    from tests.factories import run_record
+
+    records = [run_record("m", "bf16")]  # measured in-process (engine=hf)
+    with pytest.raises(ConfigError) as err:
+        _check_deploy(SelectorConfig(policy=PolicyConfig(deploy_engine="transformers")), records,
+                      {"policy.deploy_engine"})
+    assert str(err.value).startswith("command line") and "Did you mean 'hf'?" in err.value.problem
+    _check_deploy(SelectorConfig(policy=PolicyConfig(deploy_engine="hf")), records, set())
+    _check_deploy(SelectorConfig(policy=PolicyConfig(deploy_engine="tgi")), records, set())
