@@ -325,9 +325,13 @@ class KernelInfo(StrictModel):
 
 class ServingInfo(StrictModel):
     """A server the harness started for the variant (engine=vllm): what it was and how it ran the
-    weights, read from its own log (server.log in the variant's folder)."""
+    weights, read from its own log (server.log in the variant's folder). The report labels it as
+    the record says (`shown`), never assuming which server it was."""
 
     engine: str  # vllm
+    # What the engine calls itself in the report ("vLLM"), as it said when it wrote the record; ""
+    # in records from before: the report shows `engine` then.
+    label: str = ""
     version: str = ""
     command: list[str] = Field(default_factory=list)
     start_s: float | None = None  # from launch to answering /health (vLLM's first start compiles)
@@ -340,6 +344,11 @@ class ServingInfo(StrictModel):
     cores: list[str] = Field(default_factory=list)  # each instance's CPU list (VLLM_CPU_OMP_THREADS_BIND); []: vLLM's own
     logs: list[str] = Field(default_factory=list)  # each instance's log, in the variant's folder
     requests: list[int | None] = Field(default_factory=list)  # each instance's finished requests (its /metrics)
+
+    @property
+    def shown(self) -> str:
+        """The server's name in the report: its own label, else (an older record) its engine."""
+        return self.label or self.engine
 
 
 class EngineAgreement(StrictModel):

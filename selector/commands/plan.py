@@ -15,7 +15,7 @@ from selector.config import SelectorConfig
 from selector.validate import validate
 from selector.errors import UserError
 from selector.plan.arch import read_arch
-from selector.plan.estimate import GIB, PlanRow, estimate_weights, plan_row
+from selector.plan.estimate import GIB, PlanRow, estimate_weights, plan_row, weights_held
 
 DEFAULT_CONTEXT = 4096
 
@@ -66,7 +66,7 @@ def compare_records(sweep_dir: Path) -> list[Comparison]:
         if arch is None:
             rows.append(Comparison(record.name, device, None, measured, None, "architecture unknown"))
             continue
-        est = estimate_weights(arch, cfg.precision, device, prequantized=cfg.precision.name in cfg.model.prequantized)
+        est = estimate_weights(arch, cfg.precision, device, weights_held(cfg), prequantized=cfg.precision.name in cfg.model.prequantized)
         rows.append(Comparison(record.name, device, est.bytes, measured, 100.0 * (est.bytes - measured) / measured,
                                est.layout))
     if not rows:

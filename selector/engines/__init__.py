@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 from typing import Any
 
+from selector.engines.spec import Engine
 from selector.registry import Registry
 
 ENGINES: Registry = Registry("engine kind")
@@ -34,6 +35,37 @@ def engine_class(kind: str) -> Any:
 def engine_for(config: Any) -> Any:
     """The engine of a validated engine config."""
     return engine_class(config.kind)(config)
+
+
+def check_deploy_engine(value: str | None, engines: list[Any]) -> str | None:
+    """Why policy.deploy_engine=value is refused, or None. It takes one spelling per engine: the name
+    the engine's deploy_name() gives (hf: transformers in-process; vllm; for engine=command the
+    program its command starts, e.g. transformers for `transformers serve`), or the lowercase name
+    of a server the sweep does not run (tgi, sglang): then the report warns that latency came from
+    another engine. `engines`: the sweep's own (Engine instances)."""
+    if not value:
+        return None
+    own = sorted({name for e in engines if (name := e.deploy_name()) is not None})
+    # A kind whose deploy name is its kind (deploy_name not overridden): hf, vllm, scripted.
+    fixed = sorted(name for name in ENGINES.names() if engine_class(name).deploy_name is Engine.deploy_name)
+    known = sorted({*own, *fixed})
+    if value in known:
+        return None
+    said = value.strip().lower()
+    meant = [name for name in known if name == said]
+    meant += [name for name in fixed if said in engine_class(name).deploy_spellings and name not in meant]
+    if said in ENGINES.names() and not meant:
+        return (f"{value!r} is an engine kind, not the engine you deploy on: name the program it serves with "
+                f"(for engine=command its command's program, e.g. transformers for `transformers serve`; tgi, "
+                f"sglang), or one of {', '.join(known)}")
+    meant = meant or difflib.get_close_matches(said, known, n=2, cutoff=0.75)
+    if meant:
+        runs = f" (this sweep's engine{'s' if len(own) > 1 else ''}: {', '.join(own)})" if own else ""
+        return (f"unknown spelling {value!r}. Did you mean {' or '.join(map(repr, meant))}? It takes one name per "
+                f"engine: hf (transformers in-process), vllm, or the program a started server runs{runs}")
+    if value != said or not value.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        return f"{value!r}: an engine's name is one lowercase word, e.g. {', '.join(known)}"
+    return None
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:

@@ -64,6 +64,11 @@ class ScriptedEngine(Engine):
               Range("slots", lambda v: v >= 1, "at least 1"), Range("batch_size", lambda v: v >= 1, "at least 1"),
               Range("vocab", lambda v: v >= 2, "at least 2"), Range("logit_noise", lambda v: v >= 0, "0 or more"))
 
+    def weights_held(self) -> str:
+        # No model is loaded or converted: a variant's weights are its precision's checkpoint as saved
+        # (its nominal size, smaller for fewer bits), what its memory reports and the search orders by.
+        return "as-saved"
+
     def check(self, cfg: Any, origin: Any) -> None:
         for name, tasks in self.config.accuracy.items():
             for task, p in tasks.items():

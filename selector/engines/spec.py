@@ -202,6 +202,9 @@ class Engine:
     # Config fields that change how requests are scheduled or how the engine is found, never an
     # answer: left out of the evaluation key, so settings share scored items.
     not_scored: ClassVar[tuple[str, ...]] = ()
+    # Other spellings people give policy.deploy_engine for what this kind's deploy_name() says:
+    # refused before anything runs, with a did-you-mean naming the one spelling (check_deploy_engine).
+    deploy_spellings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Any) -> None:
         self.config = config
@@ -223,9 +226,41 @@ class Engine:
         measured before the model loads, as the in-process engine does)."""
         return None
 
+    def weights_held(self) -> str:
+        """How this engine holds a variant's weights, for plan's estimate (selector.precisions.weights
+        .HOLDINGS): "in-process" (as the precision's own loader holds them), "as-saved" (the
+        checkpoint as saved, packed where quantized, as a server's kernels run it) or "unknown" (a
+        server's own way: counted as in-process, said so)."""
+        return "in-process"
+
+    def load_advice(self, layer: str, knobs: dict[str, Any], concurrency: int | None) -> str:
+        """The load diagnosis's advice (selector.measure.diagnosis) when `layer` holds a level's time:
+        "queue" (waiting behind running requests) or "batch_wait" (waiting for a batch to fill), in
+        this engine's own knobs. knobs: their values as the record set them (Knob.short -> value);
+        concurrency: the level's requests in flight (None: a rate). This default: a server whose
+        knobs the harness does not know."""
+        if layer == "queue":
+            return ("add an instance (a replica), or let the server run more requests at once "
+                    "(vLLM --max-num-seqs, TGI --max-batch-size)")
+        return "lower the server's own batching delay, if it has one, since batches do not fill at this load"
+
+    def in_process_comparison(self) -> Engine | None:
+        """The in-process engine a served variant's answers are compared with on the same checkpoint
+        (engine.compare_in_process: record.agreement), or None: no comparison."""
+        return None
+
     def deploy_name(self) -> str | None:
         """The name policy.deploy_engine would give what runs the variant (None: not known here)."""
         return self.kind
+
+    def is_deploy_engine(self, deploy_engine: str | None) -> bool | None:
+        """Whether policy.deploy_engine names what runs the variant: the one test of it, for the
+        accuracy the verdict uses and the latency warning. None: no deploy_engine is given, or this
+        engine cannot tell what runs the variant (an attached server)."""
+        name = self.deploy_name()
+        if not deploy_engine or name is None:
+            return None
+        return name == deploy_engine
 
     def check(self, cfg: SelectorConfig, origin: Origin) -> None:
         """Settings that cannot work stop the sweep now (a ConfigError naming the field)."""

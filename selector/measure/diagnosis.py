@@ -9,8 +9,9 @@ order (docs/load-testing.md, "Reading the diagnosis", states the same):
    per-request split, else of the mean request (each part's mean over the mean e2e).
 2. A layer with at least half the time dominates; with none, the shares are listed. Beside a
    dominant layer, queueing or batch wait holding a quarter or more is named too (a knob fixes it).
-3. The advice follows the layer: queueing -> more room in a batch or another instance; batch
-   wait -> a shorter max_queue_delay_ms; compute -> not a batching knob (smaller model or
+3. The advice follows the layer: queueing and batch wait -> the engine's own knobs, as the engine
+   advises (Engine.load_advice: in-process, more room in a batch or another instance and a shorter
+   max_queue_delay_ms; vLLM, max_num_seqs or instances; another server, a replica); compute -> not a batching knob (smaller model or
    precision, faster device, more instances), noting when compute per request grew with load or
    throughput stopped growing; other -> the client and the server's front end.
 4. Failed requests are said first; a level with no split says why (the server's own words).
@@ -23,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from selector.engines.spec import Engine
 from selector.records import LoadLevel
 
 DOMINANT = 0.5  # a layer holding at least this share of the time dominates the level
@@ -37,33 +39,13 @@ SHORT = {"queue": "queue", "batch_wait": "batch wait", "compute": "compute", "ot
 
 @dataclass(frozen=True)
 class Serving:
-    """How a variant was served, so the advice names knobs it has."""
+    """How a variant was served, so the advice names knobs it has: its engine
+    (selector.engines.spec.Engine), whose own advice it is (Engine.load_advice), and its knobs' values
+    as the record set them (Knob.short -> value). Whoever diagnoses builds it from the record
+    (selector.engines.knobs.served_by); the default is a server whose knobs are not known here."""
 
-    kind: str = "inprocess"  # inprocess (the dynamic batcher) | server
-    max_batch_size: int | None = None
-    max_queue_delay_ms: float | None = None
-    vllm: bool = False  # a server the harness started with vLLM's knobs (engine=vllm): they can be named
-    max_num_seqs: int | None = None
-    instances: int | None = None
-
-    @classmethod
-    def of(cls, config: dict[str, Any]) -> Serving:
-        """From a RunRecord's resolved config: its engine kind's knobs and their values."""
-        from omegaconf import OmegaConf
-
-        from selector.engines import engine_class, upgrade
-        from selector.registry import UnknownNameError
-
-        engine = upgrade(dict(config.get("engine") or {}))
-        try:
-            spec = engine_class(str(engine.get("kind", "hf")))
-        except UnknownNameError:
-            return cls("server")
-        values = {k.short: OmegaConf.select(OmegaConf.create({**config, "engine": engine}), k.key) for k in spec.knobs}
-        if spec.in_process:
-            return cls("inprocess", values.get("max_batch_size"), values.get("max_queue_delay_ms"))
-        return cls("server", vllm="max_num_seqs" in values, max_num_seqs=values.get("max_num_seqs"),
-                   instances=values.get("instances", 1))
+    engine: Engine = field(default_factory=lambda: Engine(None))
+    knobs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -145,27 +127,8 @@ def headline(levels: list[LoadLevel], serving: Serving) -> Diagnosis | None:
 
 
 def _advice(layer: str, level: LoadLevel, serving: Serving, lightest: LoadLevel | None) -> str:
-    conc, size, delay = level.concurrency, serving.max_batch_size, serving.max_queue_delay_ms
-    if layer == "queue":
-        if serving.vllm:
-            seqs = f"now {serving.max_num_seqs}" if serving.max_num_seqs else "now vLLM's default"
-            return (f"sweep engine.vllm.max_num_seqs ({seqs}) to run more requests at once, or "
-                    f"engine.vllm.instances (now {serving.instances or 1}) to spread them over servers")
-        if serving.kind == "server":
-            return ("add an instance (a replica), or let the server run more requests at once "
-                    "(vLLM --max-num-seqs, TGI --max-batch-size)")
-        if conc is not None and size is not None and size < conc:
-            return f"raise max_batch_size (now {size}, below the {conc} requests in flight) or add an instance"
-        if conc is not None and size is not None:
-            return (f"add an instance, since max_batch_size={size} already holds the {conc} requests in flight and a "
-                    "running batch takes no newcomers until it ends (continuous batching would)")
-        return "add an instance or raise max_batch_size" + (f" (now {size})" if size is not None else "")
-    if layer == "batch_wait":
-        now = f" (now {delay:g} ms)" if delay is not None else ""
-        few = (f" ({conc} in flight, fewer than max_batch_size={size})"
-               if conc is not None and size is not None and conc < size else "")
-        return (f"lower max_queue_delay_ms{now}, since batches do not fill at this load{few} and requests wait out "
-                "the delay")
+    if layer in ("queue", "batch_wait"):  # a knob's layer: the engine names its own knobs
+        return serving.engine.load_advice(layer, serving.knobs, level.concurrency)
     if layer == "other":
         return "look at the client, the network and the server's front end (HTTP, tokenizing, streaming)"
     base = ("the model's own time, which no batching knob removes; a smaller precision or model, a faster device, "

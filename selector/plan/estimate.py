@@ -13,15 +13,16 @@ from pathlib import Path
 
 from selector.config import PrecisionConfig, SelectorConfig
 from selector.plan.arch import ArchFacts, read_arch
-from selector.precisions.weights import DTYPE_BYTES, WeightEstimate, dense
+from selector.precisions.weights import DTYPE_BYTES, IN_PROCESS, UNKNOWN, WeightEstimate, dense
 
 GIB = 2**30
 __all__ = ["DTYPE_BYTES", "GIB", "WeightEstimate", "estimate_weights", "kv_cache_bytes", "plan_row"]
 
 
-def estimate_weights(arch: ArchFacts, precision: PrecisionConfig, device: str, engine: str = "hf",
+def estimate_weights(arch: ArchFacts, precision: PrecisionConfig, device: str, holding: str = IN_PROCESS,
                      prequantized: bool = False) -> WeightEstimate:
-    """Bytes the loaded weights occupy on `device` ("cpu" or "cuda") when `engine` runs them."""
+    """Bytes the loaded weights occupy on `device` ("cpu" or "cuda") held as `holding` says (how the
+    engine holds them: weights_held(cfg))."""
     from selector.precisions import get_backend
     from selector.registry import UnknownNameError
 
@@ -29,7 +30,18 @@ def estimate_weights(arch: ArchFacts, precision: PrecisionConfig, device: str, e
         backend = get_backend(precision.backend)
     except UnknownNameError:
         return dense(arch, precision, f"{precision.dtype} (unknown backend {precision.backend!r}: unquantized)")
-    return backend.estimate_weights(arch, precision, device, engine, prequantized)
+    est = backend.estimate_weights(arch, precision, device, holding, prequantized)
+    if holding == UNKNOWN:
+        est.notes.append("the server's own layout is not known here: counted as transformers holds them")
+    return est
+
+
+def weights_held(cfg: SelectorConfig) -> str:
+    """How the variant's engine holds its weights, as the engine says (Engine.weights_held)."""
+    from selector.engines import engine_for
+    from selector.validate import typed_engine
+
+    return str(engine_for(typed_engine(cfg.engine)).weights_held())
 
 
 def kv_cache_bytes(arch: ArchFacts, batch: int, context: int, dtype: str) -> int:
@@ -66,7 +78,7 @@ def plan_row(cfg: SelectorConfig, *, batch: int, context: int, gpu_gib: float | 
     if arch is None:
         return PlanRow(name, None, None, None, None, None, None, "", "unknown",
                        [f"no config.json for {cfg.model.name}: set arch_config in conf/model/{cfg.model.name}.yaml"])
-    est = estimate_weights(arch, cfg.precision, device, cfg.engine.kind,
+    est = estimate_weights(arch, cfg.precision, device, weights_held(cfg),
                            prequantized=cfg.precision.name in cfg.model.prequantized)
     kv = kv_cache_bytes(arch, batch, context, cfg.precision.dtype)
     act = activation_bytes(arch, batch, context, cfg.precision.dtype)
@@ -84,7 +96,7 @@ def planned_weight_bytes(cfg: SelectorConfig, device: str) -> tuple[float, str]:
     arch = read_arch(cfg.model, Path(cfg.cache_dir).expanduser())
     if arch is not None:
         prequantized = cfg.precision.name in cfg.model.prequantized
-        est = estimate_weights(arch, cfg.precision, device, cfg.engine.kind, prequantized=prequantized)
+        est = estimate_weights(arch, cfg.precision, device, weights_held(cfg), prequantized=prequantized)
         return float(est.bytes), "estimate"
     bits = precision_bits(cfg.precision.name, cfg.precision.bits) or 16
     return cfg.model.params_b * 1e9 * bits / 8, "params x bits (architecture unknown before the first load)"
@@ -119,7 +131,7 @@ def serving_bytes(cfg: SelectorConfig, device: str, *, batch: int, context: int,
     arch = read_arch(cfg.model, Path(cfg.cache_dir).expanduser())
     if arch is None or runtime_bytes is None:
         return None
-    weights = estimate_weights(arch, cfg.precision, device.split(":")[0], cfg.engine.kind,
+    weights = estimate_weights(arch, cfg.precision, device.split(":")[0], weights_held(cfg),
                                prequantized=cfg.precision.name in cfg.model.prequantized).bytes
     dtype = cfg.precision.dtype
     return (copies * weights + kv_cache_bytes(arch, batch, context, dtype) + activation_bytes(arch, batch, context, dtype)

@@ -6,7 +6,7 @@ one registration line in selector/precisions/__init__.py. The class owns:
   without importing its library);
 - `calibrates`: whether it quantizes with calibration data (the variant key then covers it);
 - `availability(precision, device, capability, load_library)`: whether it can run here, and why not;
-- `estimate_weights(arch, precision, device, engine, prequantized)`: bytes its weights take;
+- `estimate_weights(arch, precision, device, holding, prequantized)`: bytes its weights take;
 - `load_base(resolved, precision, ctx)`: quantize (or cast) and load the base model.
 What is common to all is done here once: loading a checkpoint that was quantized elsewhere
 (`ModelConfig.prequantized`), and recording which kernel ended up running the linear layers.
@@ -97,9 +97,10 @@ class Backend:
         return None
 
     # ---- memory -------------------------------------------------------------------------------
-    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, engine: str = "hf",
+    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, holding: str = "in-process",
                          prequantized: bool = False) -> WeightEstimate:
-        """Bytes the loaded weights occupy on `device` ("cpu"/"cuda") when `engine` runs them."""
+        """Bytes the loaded weights occupy on `device` ("cpu"/"cuda") held as `holding` says
+        (selector.precisions.weights.HOLDINGS: what the engine says of itself, Engine.weights_held)."""
         raise NotImplementedError
 
     # ---- loading ------------------------------------------------------------------------------

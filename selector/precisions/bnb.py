@@ -54,7 +54,7 @@ class BnbBackend(Backend):
     def kernel_name(self, precision: PrecisionConfig) -> str:
         return f"bitsandbytes-{precision.method}"
 
-    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, engine: str = "hf",
+    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, holding: str = "in-process",
                          prequantized: bool = False) -> weights.WeightEstimate:
         rest, shapes = weights.rest_bytes(arch, precision), weights.linear_shapes(arch)
         if precision.method == "int8":

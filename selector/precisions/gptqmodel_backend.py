@@ -79,7 +79,7 @@ class GptqModelBackend(Backend):
                               group_size=params.group_size, sym=sym, dtype="float16" if awq_on_cuda else precision.dtype,
                               device=device, capability=capability)
 
-    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, engine: str = "hf",
+    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, holding: str = "in-process",
                          prequantized: bool = False) -> weights.WeightEstimate:
         # Every gptqmodel kernel, on CPU and CUDA, keeps the GPTQ / AWQ-GEMM layout packed; GPTQ adds g_idx.
         return weights.packed_checkpoint(arch, precision, self.params(precision).group_size,

@@ -107,17 +107,17 @@ class LlmCompressorBackend(Backend):
         given = self.params(precision).symmetric
         return given if given is not None else precision.method == "gptq"
 
-    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, engine: str = "hf",
+    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, holding: str = "in-process",
                          prequantized: bool = False) -> weights.WeightEstimate:
         params = self.params(precision)
         group = params.group_size
         if params.activations:
-            if weights.served(engine):  # int8 per-channel weights, run by vLLM's int8 GEMM kernels
+            if weights.served(holding):  # int8 per-channel weights, run by vLLM's int8 GEMM kernels
                 return weights.packed_checkpoint(arch, precision, group, g_idx=False, zero_points=False,
                                                  how="W8A8 (served, int8 GEMMs)")
             return weights.dense(arch, precision, f"{precision.dtype} (W8A8 decompressed, activations quantized "
                                                   "on the fly)", ["engine=vllm runs it with int8 GEMMs"])
-        if weights.served(engine):  # vLLM runs compressed-tensors packed, as saved (no g_idx)
+        if weights.served(holding):  # vLLM runs compressed-tensors packed, as saved (no g_idx)
             return weights.packed_checkpoint(arch, precision, group, g_idx=False, how="packed (served)")
         if prequantized:  # a GPTQ/AWQ checkpoint from elsewhere is run packed by gptqmodel
             return weights.packed_checkpoint(arch, precision, group, g_idx=precision.method == "gptq")

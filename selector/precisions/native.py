@@ -13,7 +13,7 @@ class NativeBackend(Backend):
     name = "native"
     quantizes = False
 
-    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, engine: str = "hf",
+    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, holding: str = "in-process",
                          prequantized: bool = False) -> weights.WeightEstimate:
         return weights.dense(arch, precision, f"{precision.dtype}")
 

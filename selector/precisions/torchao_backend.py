@@ -45,7 +45,7 @@ class TorchAoBackend(Backend):
     def kernel_name(self, precision: PrecisionConfig) -> str:
         return f"torchao-{precision.method}"
 
-    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, engine: str = "hf",
+    def estimate_weights(self, arch: Any, precision: PrecisionConfig, device: str, holding: str = "in-process",
                          prequantized: bool = False) -> weights.WeightEstimate:
         rest, shapes = weights.rest_bytes(arch, precision), weights.linear_shapes(arch)
         bits = precision.bits or 16

@@ -12,7 +12,12 @@ from selector.config import PrecisionConfig
 from selector.precisions.groups import pick_group_size
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-IN_PROCESS = "hf"  # any other engine is a server (vLLM, SGLang) holding the checkpoint with its own packed kernels
+# How an engine holds a variant's weights, as it says of itself (selector.engines.spec.Engine.weights_held);
+# the engine is not named here: precisions sit below engines.
+IN_PROCESS = "in-process"  # as the precision's own loader holds them in the variant's process (engine=hf)
+AS_SAVED = "as-saved"  # the checkpoint as saved, packed where quantized: a server's own kernels run it (engine=vllm)
+UNKNOWN = "unknown"  # a server whose layout the harness cannot tell: counted as in-process, said so
+HOLDINGS = (IN_PROCESS, AS_SAVED, UNKNOWN)
 
 
 @dataclass
@@ -65,6 +70,6 @@ def packed_checkpoint(arch: Any, precision: PrecisionConfig, requested_group: in
                           f"{method} int{bits} {how}, {groups}, lm_head/embeddings 16-bit")
 
 
-def served(engine: str) -> bool:
-    """engine: an engine kind (selector/engines); every kind but the in-process one serves."""
-    return engine != IN_PROCESS
+def served(holding: str) -> bool:
+    """holding: one of HOLDINGS. True when the checkpoint is held as saved (packed), as a server runs it."""
+    return holding == AS_SAVED

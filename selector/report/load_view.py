@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from selector.report import fmt
+from selector.engines.knobs import served_by
 from selector.measure.diagnosis import SHORT, Serving, diagnose_ladder, headline
 from selector.report.view import Cell, Table, order_records
 from selector.records import LoadLevel, Percentiles, RunRecord, setting_label
@@ -78,7 +79,7 @@ def split_table(records: list[RunRecord]) -> Table:
     rows, has_other = [], False
     for r in with_load(records):
         levels = sorted_levels(r.perf.load)  # type: ignore[union-attr]
-        for lv, d in zip(levels, diagnose_ladder(levels, Serving.of(r.config))):
+        for lv, d in zip(levels, diagnose_ladder(levels, Serving(*served_by(r.config)))):
             has_other |= "other" in d.shares
             rows.append((r.name, lv, d))
     parts = ["queue", "batch_wait", "compute"] + (["other"] if has_other else [])
@@ -140,7 +141,7 @@ def load_section(records: list[RunRecord], selection: Selection | None = None) -
         return None
     lines = []
     for r in loaded:
-        top = headline(r.perf.load, Serving.of(r.config))  # type: ignore[union-attr]
+        top = headline(r.perf.load, Serving(*served_by(r.config)))  # type: ignore[union-attr]
         if top is not None:
             lines.append({"variant": r.name, "text": top.text})
     return {"levels": levels_table(records) if loaded else None, "split": split_table(records) if loaded else None,

@@ -157,12 +157,16 @@ def agreement_table(records: list[RunRecord]) -> Table | None:
 
 
 def serving_table(records: list[RunRecord]) -> Table | None:
-    """Per variant vLLM served (engine=vllm): how it ran the weights, on how many instances and
-    cores, and how the requests spread over them (record.serving, read from its own log and /metrics)."""
+    """Per variant a server the harness started served (record.serving: engine=vllm): how it ran the
+    weights, on how many instances and cores, and how the requests spread over them (read from its
+    own log and /metrics), labelled as each record says (ServingInfo.shown)."""
     served = [r for r in records if r.serving is not None]
     if not served:
         return None
-    table = Table(columns=["variant", "vLLM", "quantization", "kernel", "weights", "instances (cores)",
+    labels = {r.serving.shown for r in served if r.serving is not None}
+    # One server for all: its name heads the column (and the section: "How vLLM served each variant").
+    one = labels.pop() if len(labels) == 1 else None
+    table = Table(columns=["variant", one or "server", "quantization", "kernel", "weights", "instances (cores)",
                            "requests per instance", "start s"])
     for r in served:
         s = r.serving
@@ -170,7 +174,8 @@ def serving_table(records: list[RunRecord]) -> Table | None:
         weights = "not quantized" if s.packed is None else "packed" if s.packed else "unpacked"
         cores = f"{s.instances} ({' | '.join(s.cores)})" if s.cores else str(s.instances)
         requests = " / ".join("?" if n is None else str(n) for n in s.requests) or fmt.DASH
-        table.rows.append([Cell(r.name), Cell(s.version or fmt.DASH), Cell(s.quantization or "none"),
+        version = s.version or fmt.DASH if one else " ".join(x for x in (s.shown, s.version) if x)
+        table.rows.append([Cell(r.name), Cell(version), Cell(s.quantization or "none"),
                            Cell(", ".join(s.kernels) or fmt.DASH), Cell(weights), Cell(cores, "num"),
                            Cell(requests, "num"), Cell(fmt.DASH if s.start_s is None else f"{s.start_s:.0f}", "num")])
     table.note = ("From each server's own log (the quantization method and the linear kernel it chose) and its "

@@ -157,6 +157,7 @@ def _capacity_table(records: list[RunRecord], selection: Selection) -> Renderabl
 def _load_table(records: list[RunRecord], settings: list[SettingChoice]) -> RenderableType | None:
     """Per variant and load level: throughput, e2e p95 and the layer its time goes to; below, each
     variant's diagnosis at its heaviest level (the report has every level's)."""
+    from selector.engines.knobs import served_by
     from selector.measure.diagnosis import SHORT, Serving, diagnose_ladder, headline
     from selector.report.load_view import short_level, sorted_levels, with_load
 
@@ -171,7 +172,7 @@ def _load_table(records: list[RunRecord], settings: list[SettingChoice]) -> Rend
     lines: list[RenderableType] = []
     for r in loaded:
         levels = sorted_levels(r.perf.load)  # type: ignore[union-attr]
-        serving = Serving.of(r.config)
+        serving = Serving(*served_by(r.config))
         for lv, d in zip(levels, diagnose_ladder(levels, serving)):
             top = max(d.shares, key=lambda k: d.shares[k]) if d.shares else None
             table.add_row(Text(r.name), Text(short_level(lv)), Text(fmt.sig(lv.request_throughput)),

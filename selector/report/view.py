@@ -279,14 +279,16 @@ def _planned_cell(record: RunRecord, measured: int | None) -> Cell:
 
 def kernel_cell(record: RunRecord) -> Cell:
     """The kernel that ran the variant: a broken or unpacked kernel can pass for accuracy loss.
-    A variant vLLM served shows vLLM's kernel (its accuracy and speed are the server's)."""
+    A variant a started server served (record.serving) shows that server's kernel (its accuracy and
+    speed are the server's), named as the record names it (ServingInfo.shown)."""
     k = record.kernel
     if record.serving is not None:
         s = record.serving
-        text = f"{', '.join(s.kernels)} (vLLM)" if s.kernels else "vLLM, not quantized"
+        text = f"{', '.join(s.kernels)} ({s.shown})" if s.kernels else f"{s.shown}, not quantized"
         in_process = f"in-process (fidelity, weights): {k.kernel}{' unpacked' if k.unpacked else ''}" if k else ""
         return Cell(text, "below" if s.packed is False else "",
-                    "; ".join(x for x in (f"vLLM {s.version}: {s.quantization or 'no quantization'}", in_process) if x))
+                    "; ".join(x for x in (f"{s.shown} {s.version}: {s.quantization or 'no quantization'}", in_process)
+                              if x))
     if k is None:
         return Cell(fmt.DASH, "muted")
     shown = (k.weight_class or k.linear_class).rsplit(".", 1)[-1]

@@ -244,28 +244,35 @@ def _noise(evidence: dict[str, Evidence], ranking: Ranking, noise_floor: dict[st
     return out
 
 
-def measuring_engine(record: RunRecord) -> str | None:
-    """What served the record's latency figures: hf (transformers in-process), the program a served
-    engine started (vllm, ...), or None for an attached server (its engine is not known here)."""
+def record_engine(record: RunRecord) -> Any | None:
+    """The engine (selector.engines.spec.Engine) that served the record, or None for a record from a
+    selector with engines this one does not know."""
     from selector.engines import engine_for
     from selector.validate import typed_engine
 
     try:
-        return engine_for(typed_engine((record.config or {}).get("engine") or {"kind": "hf"})).deploy_name()
-    except Exception:  # a record from a selector with engines this one does not know
+        return engine_for(typed_engine((record.config or {}).get("engine") or {"kind": "hf"}))
+    except Exception:
         return None
+
+
+def measuring_engine(record: RunRecord) -> str | None:
+    """What served the record's latency figures: hf (transformers in-process), the program a served
+    engine started (vllm, ...), or None for an attached server (its engine is not known here)."""
+    engine = record_engine(record)
+    return None if engine is None else engine.deploy_name()
 
 
 def engine_mismatch(records: list[RunRecord], policy: PolicyConfig) -> list[str]:
     """A warning when latency decides the verdict (limits, or a latency/cost objective) from figures
     of an engine other than the one the user deploys on (policy.deploy_engine)."""
-    deploy = (policy.deploy_engine or "").strip().lower()
+    deploy = policy.deploy_engine or ""  # one spelling per engine, checked before the sweep ran
     decides = [f"latency limits {', '.join(sorted(policy.latency_limits))}"] if policy.latency_limits else []
     decides += [f"objective={policy.objective}"] if policy.objective in ("latency", "cost") else []
     if not deploy or not decides:
         return []
-    other = sorted({engine for r in records
-                    if r.perf and (engine := measuring_engine(r)) is not None and engine != deploy})
+    other = sorted({str(engine.deploy_name()) for r in records
+                    if r.perf and (engine := record_engine(r)) is not None and engine.is_deploy_engine(deploy) is False})
     if not other:
         return []
     shown = {"hf": "hf, transformers in-process"}

@@ -9,17 +9,19 @@ Which engine's accuracy the verdict uses is `accuracy_engine`'s rule.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from selector.records import EngineAgreement, SampleRecord
 
 EXAMPLES = 3
-IN_PROCESS_NAMES = ("hf", "transformers")  # policy.deploy_engine values that mean the in-process engine
 
 
-def accuracy_engine(deploy_engine: str | None) -> str:
-    """"in_process" when the policy deploys on transformers in-process, else "served": without a
-    deploy_engine the sweep's own engine (the server it started) decides."""
-    return "in_process" if (deploy_engine or "").strip().lower() in IN_PROCESS_NAMES else "served"
+def accuracy_engine(deploy_engine: str | None, in_process: Any) -> str:
+    """"in_process" when policy.deploy_engine names the in-process engine the answers were compared
+    with (`in_process`: the served engine's Engine.in_process_comparison, asked with
+    Engine.is_deploy_engine: deploy_engine=hf), else "served": without a deploy_engine the sweep's own
+    engine (the server it started) decides."""
+    return "in_process" if in_process is not None and in_process.is_deploy_engine(deploy_engine) else "served"
 
 
 def compare(served: Iterable[SampleRecord], in_process: Iterable[SampleRecord]) -> dict[str, EngineAgreement]:

@@ -122,7 +122,8 @@ class VariantRun:
             return
         if self.engine.needs_checkpoint:
             self._prepare(device, tasks)
-        compared = self._evaluate_in_process(device, tasks) if getattr(cfg.engine, "compare_in_process", False) else None
+        comparison = self.engine.in_process_comparison()  # engine.compare_in_process, as the engine reads it
+        compared = self._evaluate_in_process(comparison, device, tasks) if comparison is not None else None
         with self.timed("load"):  # the engine loads the variant once: in this process, or in its server
             planned = int(planned_weight_bytes(cfg, device.split(":")[0])[0])
             running = self.engine.start(StartContext(cfg, device, self.files.dir, tasks, planned))
@@ -316,14 +317,13 @@ class VariantRun:
         return samples
 
     # ---- a server's answers against the same checkpoint in-process (engine.compare_in_process) ----
-    def _evaluate_in_process(self, device: str, tasks: list[Any]) -> tuple[dict[str, Any], list[SampleRecord]]:
-        """Every item through transformers in this process (engine=hf's defaults), before the server
-        starts, for the comparison with the served answers; its samples are kept beside the served ones."""
-        from selector.engines.inprocess.engine import HfEngineConfig, InProcessEngine
+    def _evaluate_in_process(self, engine: Any, device: str, tasks: list[Any]) -> tuple[dict[str, Any], list[SampleRecord]]:
+        """Every item through the engine's in-process comparison (Engine.in_process_comparison), before
+        the server starts, for the comparison with the served answers; its samples are kept beside the served ones."""
         from selector.tasks import evaluate_task
 
         cfg = self.cfg
-        with self.timed("evaluate_in_process"), InProcessEngine(HfEngineConfig()).start(
+        with self.timed("evaluate_in_process"), engine.start(
                 StartContext(cfg, device, self.files.dir, tasks)) as local:
             results, samples = {}, []
             for task in tasks:
@@ -342,7 +342,7 @@ class VariantRun:
         record = self.record
         served = [SampleRecord.model_validate_json(line) for line in self.files.samples.read_text().splitlines() if line]
         record.agreement = compare(served, samples)
-        decides = accuracy_engine(self.cfg.policy.deploy_engine)
+        decides = accuracy_engine(self.cfg.policy.deploy_engine, self.engine.in_process_comparison())
         record.config["accuracy_engine"] = decides
         if decides == "in_process":
             record.tasks = {name: results[name] for name in record.tasks if name in results}

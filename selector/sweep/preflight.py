@@ -153,6 +153,7 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
             checked_engines.add(seen)
     adhoc.check_distinct_names(planned)
     check_reference(planned, origins[0])
+    check_deploy(planned, origins[0])
     policy_notices(planned[0].cfg, notices)
     power_notices(planned[0].cfg)
     check_load(planned[0].cfg, origins[0], model_contexts(planned))
@@ -300,6 +301,17 @@ def model_contexts(planned: list[PlannedVariant]) -> dict[str, int]:
         if known:
             out[cfg.model.name] = min([*known, out.get(cfg.model.name, min(known))])
     return out
+
+
+def check_deploy(planned: list[PlannedVariant], origin: Origin) -> None:
+    """policy.deploy_engine takes one spelling per engine (selector.engines.check_deploy_engine): a
+    different one (transformers for hf, VLLM) stops the sweep here with a did-you-mean, rather than
+    scoring one engine's answers and warning about another's latency."""
+    from selector.engines import check_deploy_engine, engine_for
+
+    problem = check_deploy_engine(planned[0].cfg.policy.deploy_engine, [engine_for(p.cfg.engine) for p in planned])
+    if problem:
+        raise origin.error("policy.deploy_engine", problem)
 
 
 def check_reference(planned: list[PlannedVariant], origin: Origin) -> None:

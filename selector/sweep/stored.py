@@ -178,6 +178,20 @@ def _check_floor_names(cfg: SelectorConfig, records: list[RunRecord], overrides:
     except ConfigError as e:
         raise ConfigError("command line" if f"policy.{e.field}" in given else "the sweep's recorded policy",
                           f"policy.{e.field}", e.problem) from None
+    _check_deploy(cfg, records, given)
+
+
+def _check_deploy(cfg: SelectorConfig, records: list[RunRecord], given: Any) -> None:
+    """policy.deploy_engine in one spelling per engine, as the sweep's preflight checks it, against
+    the engines these records ran on (selector.engines.check_deploy_engine)."""
+    from selector.engines import check_deploy_engine
+    from selector.selection.summary import record_engine
+
+    engines = [e for r in records if (e := record_engine(r)) is not None]
+    problem = check_deploy_engine(cfg.policy.deploy_engine, engines)
+    if problem:
+        raise ConfigError("command line" if "policy.deploy_engine" in given else "the sweep's recorded policy",
+                          "policy.deploy_engine", problem)
 
 
 def load_side(source: str, tracking_uri: str | None = None, output_dir: str | Path | None = None) -> Side:

@@ -104,8 +104,13 @@ def test_served_and_in_process_answers_compared_per_task() -> None:
     assert got["arith"].in_process_value == 0.5 and got["arith"].served_value == 1.0
     assert got["arith"].examples == [{"id": "arith-2", "target": "t", "in_process": "7", "served": "8",
                                       "in_process_score": 0.0, "served_score": 1.0}]
-    assert accuracy_engine(None) == accuracy_engine("vllm") == "served"
-    assert accuracy_engine("hf") == accuracy_engine("Transformers") == "in_process"
+    from selector.engines.inprocess.engine import HfEngineConfig, InProcessEngine
+
+    local_engine = InProcessEngine(HfEngineConfig())
+    assert accuracy_engine(None, local_engine) == accuracy_engine("vllm", local_engine) == "served"
+    assert accuracy_engine("hf", local_engine) == "in_process"
+    assert accuracy_engine("transformers", local_engine) == "served"  # `transformers serve`'s name; preflight refuses it unless the sweep runs that
+    assert accuracy_engine("hf", None) == "served"  # no in-process comparison: the served answers are all there are
 
 
 def test_latency_from_engine_vllm_is_named_vllm() -> None:

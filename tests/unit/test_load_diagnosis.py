@@ -11,7 +11,16 @@ from selector.measure.diagnosis import Serving, diagnose, diagnose_ladder, headl
 from selector.engines.served import metrics as prometheus
 from selector.records import LoadLevel, Percentiles
 
-INPROC = Serving("inprocess", max_batch_size=4, max_queue_delay_ms=10)
+from selector.engines.inprocess.engine import HfEngineConfig, InProcessEngine
+from selector.engines.knobs import served_by
+
+
+def inprocess(size: int, delay: float) -> Serving:
+    """The in-process engine with its dynamic batcher's knobs, as the report builds it from a record."""
+    return Serving(InProcessEngine(HfEngineConfig()), {"max_batch_size": size, "max_queue_delay_ms": delay})
+
+
+INPROC = inprocess(4, 10)
 
 
 def pct(p50: float, p95: float | None = None, mean: float | None = None, n: int = 16) -> Percentiles:
@@ -40,13 +49,13 @@ def test_queueing_beyond_the_batch_size_says_raise_it() -> None:
 
 
 def test_queueing_with_room_in_the_batch_says_add_an_instance() -> None:
-    d = diagnose(level(4, tail(600, 10, 390)), Serving("inprocess", 8, 10))
+    d = diagnose(level(4, tail(600, 10, 390)), inprocess(8, 10))
     assert d.dominant == "queue"
     assert d.advice.startswith("add an instance, since max_batch_size=8 already holds the 4 requests in flight")
 
 
 def test_a_lone_request_waiting_out_the_delay_says_lower_it() -> None:
-    d = diagnose(level(1, tail(0, 100, 50)), Serving("inprocess", 4, 100))
+    d = diagnose(level(1, tail(0, 100, 50)), inprocess(4, 100))
     assert d.dominant == "batch_wait" and d.shares["batch_wait"] == pytest.approx(2 / 3)
     assert d.text == ("at concurrency 1, 67% of e2e p95 is waiting for a batch to fill: lower max_queue_delay_ms "
                       "(now 100 ms), since batches do not fill at this load (1 in flight, fewer than max_batch_size=4) "
@@ -75,14 +84,16 @@ def test_a_server_split_uses_means_and_names_what_its_histograms_miss() -> None:
     served = level(16, queue_ms=pct(50, mean=100), compute=pct(250, mean=300), e2e=pct(900, mean=1000), source="vllm")
     split, basis = shares(served)
     assert basis == "mean e2e" and split == pytest.approx({"queue": 0.1, "compute": 0.3, "other": 0.6})
-    d = diagnose(served, Serving("server"))
+    d = diagnose(served, Serving())
     assert d.dominant == "other" and "60% of mean e2e is outside the server's queue and compute" in d.text
     queued = level(16, queue_ms=pct(700, mean=700), compute=pct(250, mean=250), e2e=pct(1000, mean=1000), source="vllm")
-    assert "vLLM --max-num-seqs" in diagnose(queued, Serving("server")).advice
+    assert "vLLM --max-num-seqs" in diagnose(queued, Serving()).advice
     # vLLM started by the harness: the advice names the knobs a sweep can vary, with their values.
-    vllm = Serving.of({"engine": {"kind": "vllm", "vllm": {"max_num_seqs": 4, "instances": 2}}})
+    vllm = Serving(*served_by({"engine": {"kind": "vllm", "vllm": {"max_num_seqs": 4, "instances": 2}}}))
+    assert vllm.engine.kind == "vllm" and vllm.knobs == {"max_num_seqs": 4, "max_num_batched_tokens": None, "instances": 2}
     # a record written before engines had kinds of their own reads the same
-    assert vllm == Serving.of({"engine": {"kind": "openai", "server": "vllm", "vllm": {"max_num_seqs": 4, "instances": 2}}})
+    old = Serving(*served_by({"engine": {"kind": "openai", "server": "vllm", "vllm": {"max_num_seqs": 4, "instances": 2}}}))
+    assert old.engine.kind == "vllm" and old.knobs == vllm.knobs
     assert diagnose(queued, vllm).advice == ("sweep engine.vllm.max_num_seqs (now 4) to run more requests at once, "
                                              "or engine.vllm.instances (now 2) to spread them over servers")
 
@@ -90,7 +101,7 @@ def test_a_server_split_uses_means_and_names_what_its_histograms_miss() -> None:
 def test_no_split_says_why_and_errors_come_first() -> None:
     bare = level(2, compute=None, errors=3, split_note="the server has no Prometheus /metrics endpoint")
     bare = bare.model_copy(update={"compute_ms": None})
-    d = diagnose(bare, Serving("server"))
+    d = diagnose(bare, Serving())
     assert d.dominant is None and d.basis == ""
     assert d.text == ("at concurrency 2, 3 of 16 requests failed; no split of the time: the server has no Prometheus "
                       "/metrics endpoint")
@@ -110,8 +121,31 @@ def test_rate_levels_and_the_headline_is_the_heaviest_concurrency() -> None:
 
 def test_serving_is_read_from_a_record_config() -> None:
     config = {"engine": {"kind": "hf"}, "measure": {"load": {"max_batch_size": 8, "max_queue_delay_ms": 5.0}}}
-    assert Serving.of(config) == Serving("inprocess", 8, 5.0)
-    assert Serving.of({"engine": {"kind": "openai"}}).kind == "server"
+    engine, knobs = served_by(config)
+    assert engine.kind == "hf" and knobs == {"max_batch_size": 8, "max_queue_delay_ms": 5.0}
+    attached, knobs = served_by({"engine": {"kind": "openai"}})
+    assert attached.kind == "openai" and knobs == {}
+    unknown, knobs = served_by({"engine": {"kind": "tomorrows-engine"}})
+    assert unknown.kind == "" and knobs == {}  # a record from a newer selector: a server of unknown knobs
+
+
+def test_the_advice_is_the_engines_own() -> None:
+    """The same queued level gets each engine's own knobs: the in-process batcher's, vLLM's, or a
+    server's in general (an attached one, a started command, scripted)."""
+    queued = level(8, tail(700, 0, 300))
+    assert diagnose(queued, inprocess(4, 10)).advice == (
+        "raise max_batch_size (now 4, below the 8 requests in flight) or add an instance")
+    vllm = Serving(*served_by({"engine": {"kind": "vllm", "vllm": {"max_num_seqs": None}}}))
+    assert diagnose(queued, vllm).advice == ("sweep engine.vllm.max_num_seqs (now vLLM's default) to run more requests "
+                                             "at once, or engine.vllm.instances (now 1) to spread them over servers")
+    for kind in ({"kind": "openai"}, {"kind": "command", "server_command": "x --port {port}"}, {"kind": "scripted"}):
+        assert diagnose(queued, Serving(*served_by({"engine": kind}))).advice == (
+            "add an instance (a replica), or let the server run more requests at once "
+            "(vLLM --max-num-seqs, TGI --max-batch-size)"), kind
+    waiting = level(2, tail(0, 100, 50))
+    assert diagnose(waiting, inprocess(4, 100)).advice.startswith("lower max_queue_delay_ms (now 100 ms)")
+    assert diagnose(waiting, vllm).advice == ("lower the server's own batching delay, if it has one, since batches "
+                                              "do not fill at this load")
 
 
 # ---- the figures the rules read --------------------------------------------------------------
@@ -146,8 +180,8 @@ def test_prometheus_split_source_names_the_server_or_why_not() -> None:
 
 
 def test_a_notable_queue_beside_dominant_compute_is_named_with_its_knob() -> None:
-    d = diagnose(level(2, tail(48, 0, 52)), Serving("inprocess", 1, 10))
+    d = diagnose(level(2, tail(48, 0, 52)), inprocess(1, 10))
     assert d.dominant == "compute"
     assert d.text.endswith("; and 48% is queueing: raise max_batch_size (now 1, below the 2 requests in flight) "
                            "or add an instance")
-    assert "; and" not in diagnose(level(2, tail(20, 0, 80)), Serving("inprocess", 1, 10)).text
+    assert "; and" not in diagnose(level(2, tail(20, 0, 80)), inprocess(1, 10)).text

@@ -122,7 +122,7 @@ def test_w8a8_is_one_byte_per_weight_served_and_dense_in_process() -> None:
                      activations="int8")
     linear = a.param_groups()["linear"]
     rows = a.num_layers * sum(o for _, o in a.linear_shapes())
-    served = estimate_weights(a, w8a8, "cpu", engine="openai")
+    served = estimate_weights(a, w8a8, "cpu", "as-saved")
     # 1 byte per weight and one bf16 scale per output row (symmetric: no zero points, no g_idx)
     assert served.bytes == 2 * (a.params - linear) + linear + 2 * rows
     assert "per channel" in served.layout

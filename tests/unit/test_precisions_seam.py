@@ -38,7 +38,7 @@ class HalfBackend(Backend):
     def unsupported(self, precision, device):
         return "" if precision.method == "half" else f"half has no method {precision.method!r}"
 
-    def estimate_weights(self, arch, precision, device, engine="hf", prequantized=False):
+    def estimate_weights(self, arch, precision, device, holding="in-process", prequantized=False):
         return weights.WeightEstimate(arch.params, f"one byte per parameter ({self.params(precision).mode})")
 
     def load_base(self, resolved, precision, ctx):

@@ -179,7 +179,7 @@ def test_how_vllm_served_each_variant(tmp_path: Path) -> None:
     from selector.records import ServingInfo
 
     records, selection, context = _minimal()
-    records[0].serving = ServingInfo(engine="vllm", version="0.32.0", quantization="compressed-tensors",
+    records[0].serving = ServingInfo(engine="vllm", label="vLLM", version="0.32.0", quantization="compressed-tensors",
                                      kernels=["CPUInt8ScaledMMLinearKernel"], packed=True, start_s=61.4, instances=2,
                                      cores=["0", "1"], requests=[11, 12])
     paths = write_report(records, selection, context, tmp_path)
@@ -189,6 +189,25 @@ def test_how_vllm_served_each_variant(tmp_path: Path) -> None:
     assert 'id="serving"' in paths["html"].read_text()
     # The variants table's kernel is vLLM's for a served variant, not the in-process copy's.
     assert "| CPUInt8ScaledMMLinearKernel (vLLM) |" in md
+
+
+def test_the_served_section_is_labelled_as_the_records_say(tmp_path: Path) -> None:
+    """No label is assumed: a record names its server (ServingInfo.label; an older record, its engine)."""
+    from selector.records import ServingInfo
+
+    records, selection, context = _minimal()
+    records[0].serving = ServingInfo(engine="sglang", label="SGLang", version="0.5", kernels=["Marlin"], packed=True)
+    md = write_report(records, selection, context, tmp_path / "a")["md"].read_text()
+    assert "## How SGLang served each variant" in md and "| Marlin (SGLang) |" in md and "vLLM" not in md
+    old = ServingInfo.model_validate({"engine": "vllm", "version": "0.32.0"})  # written before labels
+    assert old.shown == "vllm"
+    records[0].serving = old
+    md = write_report(records, selection, context, tmp_path / "b")["md"].read_text()
+    assert "## How vllm served each variant" in md and "| vllm, not quantized |" in md
+    records[1].serving = ServingInfo(engine="vllm", label="vLLM", version="0.33.0")
+    md = write_report(records, selection, context, tmp_path / "c")["md"].read_text()
+    assert "## How the servers served each variant" in md  # two names: the column says which served each
+    assert "| vllm 0.32.0 |" in md and "| vLLM 0.33.0 |" in md
 
 
 def test_names_with_markup_and_mathtext_characters(tmp_path: Path) -> None:

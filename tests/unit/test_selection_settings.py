@@ -147,7 +147,7 @@ def test_latency_measured_on_another_engine_than_the_deployed_one_is_the_first_w
     assert warned and warned[0].startswith("Latency decides this verdict (latency limits e2e_ms_p95@4)")
     assert "measured on hf, transformers in-process, but policy.deploy_engine=vllm" in warned[0]
     # the same engine, no engine given, or nothing latency-based deciding: no such warning
-    for policy in (PolicyConfig(latency_limits=limits, deploy_engine="HF"), PolicyConfig(latency_limits=limits),
+    for policy in (PolicyConfig(latency_limits=limits, deploy_engine="hf"), PolicyConfig(latency_limits=limits),
                    PolicyConfig(deploy_engine="vllm")):
         assert not any(w.startswith("Latency decides") for w in select(records, policy).warnings), policy
     served = [r.model_copy(update={"config": {**r.config, "engine": {"kind": "command",

@@ -45,11 +45,29 @@ class InProcessEngine(Engine):
     label = "hf"
     Config = HfEngineConfig
     in_process = True
+    # policy.deploy_engine names it `hf` (its deploy_name), never these.
+    deploy_spellings = ("transformers", "huggingface", "hugging-face", "in-process", "inprocess", "in_process", "local")
     # The dynamic batcher in front of the model under load: its knobs live with the load test.
     knobs = (Knob("measure.load.max_batch_size", "max_batch_size", "at least 1", lambda v: v >= 1),
              Knob("measure.load.max_queue_delay_ms", "max_queue_delay_ms", "0 or more", lambda v: v >= 0))
     ranges = (Range("batch_size", lambda v: v >= 1, "at least 1"),
               Range("max_batch_tokens", lambda v: v >= 1, "at least 1"))
+
+    def load_advice(self, layer: str, knobs: dict[str, Any], concurrency: int | None) -> str:
+        """The dynamic batcher's knobs (measure.load.max_batch_size, max_queue_delay_ms)."""
+        conc, size, delay = concurrency, knobs.get("max_batch_size"), knobs.get("max_queue_delay_ms")
+        if layer == "queue":
+            if conc is not None and size is not None and size < conc:
+                return f"raise max_batch_size (now {size}, below the {conc} requests in flight) or add an instance"
+            if conc is not None and size is not None:
+                return (f"add an instance, since max_batch_size={size} already holds the {conc} requests in flight "
+                        "and a running batch takes no newcomers until it ends (continuous batching would)")
+            return "add an instance or raise max_batch_size" + (f" (now {size})" if size is not None else "")
+        now = f" (now {delay:g} ms)" if delay is not None else ""
+        few = (f" ({conc} in flight, fewer than max_batch_size={size})"
+               if conc is not None and size is not None and conc < size else "")
+        return (f"lower max_queue_delay_ms{now}, since batches do not fill at this load{few} and requests wait out "
+                "the delay")
 
     def check(self, cfg: Any, origin: Any) -> None:
         from selector.engines.inprocess.fast import compile_setting

@@ -47,6 +47,9 @@ class AttachedEngine(Engine):
     def deploy_name(self) -> str | None:
         return None  # whatever serves at that URL: the harness cannot tell
 
+    def weights_held(self) -> str:
+        return "unknown"  # whatever serves at that URL holds them its own way
+
     def prefix_cache(self) -> str:
         return self.config.prefix_cache  # unknown unless the user says what the server does
 

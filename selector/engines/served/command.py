@@ -18,6 +18,7 @@ from selector.engines.served.running import (
     StartedServerConfig,
     api_key,
     chat_template,
+    in_process_comparison,
     servable_checkpoint,
     tokenizer_of,
     unservable,
@@ -50,6 +51,12 @@ class CommandEngine(Engine):
 
     def deploy_name(self) -> str | None:
         return self.display_name()
+
+    def weights_held(self) -> str:
+        return "unknown"  # whatever the command starts holds them its own way
+
+    def in_process_comparison(self) -> Any:
+        return in_process_comparison(self.config)
 
     def prefix_cache(self) -> str:
         return self.config.prefix_cache

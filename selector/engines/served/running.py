@@ -56,6 +56,16 @@ class StartedServerConfig(ServerConfig):
     compare_in_process: bool = False
 
 
+def in_process_comparison(config: StartedServerConfig) -> Any:
+    """The in-process engine at engine=hf's defaults when config.compare_in_process asks for the
+    comparison (a started server's Engine.in_process_comparison), else None."""
+    if not config.compare_in_process:
+        return None
+    from selector.engines.inprocess.engine import HfEngineConfig, InProcessEngine
+
+    return InProcessEngine(HfEngineConfig())
+
+
 PREFIX_CACHE_MODES = ("salt", "none", "unknown")
 PREFIX_CACHE_RANGE = Range("prefix_cache", lambda v: v in PREFIX_CACHE_MODES,
                            "salt (the server takes vLLM's cache_salt), none (it keeps no prefix cache across "

@@ -19,6 +19,7 @@ from selector.engines.served.running import (
     StartedServerConfig,
     api_key,
     chat_template,
+    in_process_comparison,
     servable_checkpoint,
     tokenizer_of,
 )
@@ -97,8 +98,22 @@ class VllmEngine(Engine):
     def copies(self) -> int:
         return self.config.vllm.instances
 
+    def in_process_comparison(self) -> Any:
+        return in_process_comparison(self.config)
+
     def prefix_cache(self) -> str:
         return self.config.prefix_cache
+
+    def load_advice(self, layer: str, knobs: dict[str, Any], concurrency: int | None) -> str:
+        """The knobs a sweep can vary (engine.vllm.max_num_seqs, instances), with their values."""
+        if layer != "queue":
+            return super().load_advice(layer, knobs, concurrency)
+        seqs = f"now {knobs['max_num_seqs']}" if knobs.get("max_num_seqs") else "now vLLM's default"
+        return (f"sweep engine.vllm.max_num_seqs ({seqs}) to run more requests at once, or "
+                f"engine.vllm.instances (now {knobs.get('instances') or 1}) to spread them over servers")
+
+    def weights_held(self) -> str:
+        return "as-saved"  # the checkpoint as saved, on vLLM's own packed kernels (compressed-tensors, int8 GEMMs)
 
     def planned_runtime_bytes(self, device: str) -> int | None:
         """vLLM's own runtime, per server, on CPU (measured); on a GPU not measured yet (its CUDA

@@ -238,7 +238,7 @@ def serving_info(servers, start_s: float):  # type: ignore[no-untyped-def]
         pass
     version = VERSION_LINE.search(text)
     cores = [(s.env or {}).get("VLLM_CPU_OMP_THREADS_BIND", "") for s in servers]
-    return ServingInfo(engine="vllm", version=version.group(1) if version else "", command=list(first.argv),
+    return ServingInfo(engine="vllm", label="vLLM", version=version.group(1) if version else "", command=list(first.argv),
                        start_s=round(start_s, 2), log=first.log_path.name, instances=len(servers),
                        cores=cores if any(cores) else [], logs=[s.log_path.name for s in servers],
                        **served_kernel(first.log_path))
