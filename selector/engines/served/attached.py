@@ -32,7 +32,7 @@ class AttachedEngineConfig(ServerConfig):
     base_url: str = "http://127.0.0.1:8000/v1"
 
 
-class AttachedEngine(Engine):
+class AttachedEngine(Engine[AttachedEngineConfig]):
     kind = "openai"
     label = "openai"
     what = "an attached server (engine.base_url)"

@@ -33,7 +33,7 @@ class CommandEngineConfig(StartedServerConfig):
     server_command: str = MISSING
 
 
-class CommandEngine(Engine):
+class CommandEngine(Engine[CommandEngineConfig]):
     kind = "command"
     label = "server"
     what = "a server started per variant from engine.command"

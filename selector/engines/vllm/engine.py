@@ -67,7 +67,7 @@ GB = 10**9
 CPU_RUNTIME_BYTES = {"compiled": int(2.6 * GB), "eager": int(2.0 * GB)}
 
 
-class VllmEngine(Engine):
+class VllmEngine(Engine[VllmEngineConfig]):
     kind = "vllm"
     label = "vllm"
     Config = VllmEngineConfig
@@ -160,7 +160,8 @@ class VllmEngine(Engine):
 class VllmRunning(ServedRunning):
     def __init__(self, config: VllmEngineConfig, client: Any, tokenizer: Any, servers: list[Any], *, quant: Any,
                  checkpoint: str, dtype: str, start_s: float) -> None:
-        self.config, self.start_s = config, start_s
+        self.config = config
+        self.start_s: float = start_s
         super().__init__("vllm", client, tokenizer, servers, quant=quant, checkpoint=checkpoint, dtype=dtype,
                          token_ids=True, max_logprobs=MAX_LOGPROBS)
 
