@@ -35,6 +35,8 @@ from selector.engines.spec import Batching, Channel, Engine, EngineInfo, Range, 
 from selector.trace import RequestTrace
 
 if TYPE_CHECKING:
+    from selector.config import SelectorConfig
+    from selector.origin import Origin
     from selector.records import MemoryResult
 
 
@@ -68,7 +70,7 @@ class ScriptedEngine(Engine[ScriptedEngineConfig]):
               Range("slots", lambda v: v >= 1, "at least 1"), Range("batch_size", lambda v: v >= 1, "at least 1"),
               Range("vocab", lambda v: v >= 2, "at least 2"), Range("logit_noise", lambda v: v >= 0, "0 or more"))
 
-    def check(self, cfg: Any, origin: Any) -> None:
+    def check(self, cfg: SelectorConfig, origin: Origin) -> None:
         for name, tasks in self.config.accuracy.items():
             for task, p in tasks.items():
                 if not 0 <= float(p) <= 1:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from omegaconf import MISSING
 
@@ -23,6 +23,10 @@ from selector.engines.served.running import (
     unservable,
 )
 from selector.engines.spec import Engine, Range, StartContext
+
+if TYPE_CHECKING:
+    from selector.config import SelectorConfig
+    from selector.origin import Origin
 
 
 @dataclass
@@ -54,7 +58,7 @@ class CommandEngine(Engine[CommandEngineConfig]):
     def prefix_cache(self) -> str:
         return self.config.prefix_cache
 
-    def check(self, cfg: Any, origin: Any) -> None:
+    def check(self, cfg: SelectorConfig, origin: Origin) -> None:
         from selector.errors import ConfigError
         from selector.engines.served.process import render_command
 
@@ -64,7 +68,7 @@ class CommandEngine(Engine[CommandEngineConfig]):
         except ConfigError as e:
             raise origin.error("engine.server_command", e.problem) from None
 
-    def unavailable(self, cfg: Any) -> str | None:
+    def unavailable(self, cfg: SelectorConfig) -> str | None:
         return unservable(cfg)
 
     def start(self, ctx: StartContext) -> ServedRunning:

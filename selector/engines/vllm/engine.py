@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selector.engines.served.running import (
     PREFIX_CACHE_RANGE,
@@ -23,6 +23,10 @@ from selector.engines.served.running import (
     tokenizer_of,
 )
 from selector.engines.spec import Engine, Knob, Range, StartContext
+
+if TYPE_CHECKING:
+    from selector.config import SelectorConfig
+    from selector.origin import Origin
 
 log = logging.getLogger("selector.engines.vllm.engine")
 
@@ -108,7 +112,7 @@ class VllmEngine(Engine[VllmEngineConfig]):
         mode = "eager" if self.config.vllm.enforce_eager else "compiled"
         return CPU_RUNTIME_BYTES[mode] * self.config.vllm.instances
 
-    def check(self, cfg: Any, origin: Any) -> None:
+    def check(self, cfg: SelectorConfig, origin: Origin) -> None:
         from selector.engines.vllm import launch as vllm
 
         vllm.check_harness_flags(self.config.vllm)
@@ -116,7 +120,7 @@ class VllmEngine(Engine[VllmEngineConfig]):
         vllm.check_args(self.config.vllm, python)  # a flag this vLLM does not have
         vllm.placements(cfg.threads, self.config.vllm.instances)  # more instances than cores
 
-    def unavailable(self, cfg: Any) -> str | None:
+    def unavailable(self, cfg: SelectorConfig) -> str | None:
         from selector.engines.vllm.launch import not_servable
 
         return not_servable(cfg.precision)
