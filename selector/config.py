@@ -6,7 +6,7 @@ caught before any model loads, with the file and line it came from. No heavy imp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from omegaconf import MISSING, OmegaConf
 
@@ -217,13 +217,30 @@ class PolicyConfig:
 
 
 @dataclass
+class EngineConfig:
+    """What every engine kind's config has: the base of each kind's own dataclass (its `Config`,
+    selector/engines). The kinds' configs live with their engines and this module imports none of
+    them (the engines import it, and imports point one way), so the engine config's type is this
+    base: every kind's config is one, and selector.engines.engine_for maps it to its kind's engine.
+    Fields here come first in every kind's config."""
+
+    kind: str = MISSING  # the registry name (selector/engines/__init__.py); each kind's config sets its own
+    batch_size: int = 8  # evaluation requests (rows, or requests in flight) at once
+
+
+@dataclass
 class SelectorConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     evalset: EvalsetConfig = field(default_factory=EvalsetConfig)
     # An engine kind's own config (selector/engines: engine/<name>.yaml names its `kind`); composed
-    # as a plain mapping, then typed by validate against that kind's dataclass.
-    engine: Any = field(default_factory=lambda: {"kind": "hf"})
+    # as a plain mapping, then typed by validate against that kind's dataclass, an EngineConfig.
+    # The schema Hydra composes against must leave it untyped (a kind's settings are not the base's,
+    # and which kind is known only once composed); what reads a validated config sees its type.
+    if TYPE_CHECKING:
+        engine: EngineConfig = field(default_factory=EngineConfig)
+    else:
+        engine: Any = field(default_factory=lambda: {"kind": "hf"})
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)

@@ -5,13 +5,16 @@ and line the value came from (selector.origin) before any model loads."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from selector.config import SelectorConfig
+from selector.config import EngineConfig, SelectorConfig
 from selector.origin import Origin
+
+if TYPE_CHECKING:
+    from selector.engines.spec import Knob, Range
 
 
 def validate(cfg: DictConfig, origin: Origin = Origin()) -> SelectorConfig:
@@ -78,15 +81,17 @@ _RANGES: tuple[tuple[str, Any, str], ...] = (
 )
 
 
-def typed_engine(data: Any, origin: Origin = Origin()) -> Any:
+def typed_engine(data: Any, origin: Origin = Origin()) -> EngineConfig:
     """The engine config as its kind's own dataclass (selector/engines): a setting the kind does not
     have is named with the kind that has it, or a did-you-mean; its numbers checked as above."""
     from selector.engines import engine_class, unknown_key, upgrade
     from selector.registry import UnknownNameError
 
-    if dataclasses.is_dataclass(data):
-        return data
-    data = upgrade(dict(OmegaConf.to_container(data, resolve=True) if isinstance(data, DictConfig) else data))
+    if dataclasses.is_dataclass(data):  # typed already (a kind's config)
+        return cast(EngineConfig, data)
+    if isinstance(data, DictConfig):
+        data = cast("dict[str, Any]", OmegaConf.to_container(data, resolve=True))
+    data = upgrade(dict(data))
     kind = str(data.get("kind", "hf"))
     try:
         cls = engine_class(kind)
@@ -96,11 +101,13 @@ def typed_engine(data: Any, origin: Origin = Origin()) -> Any:
     if unknown:
         raise origin.error(f"engine.{unknown[0]}", unknown[1])
     try:
-        obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Config), data))
+        # a structured config made from a dataclass converts back to an instance of it
+        obj = cast(EngineConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Config), data)))
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", "") or ""
         raise origin.error(f"engine.{key}" if key else "engine", _first_line(e)) from None
-    for rule in (*cls.ranges, *(r for r in cls.knobs if r.key.startswith("engine."))):
+    rules: tuple[Range | Knob, ...] = (*cls.ranges, *(r for r in cls.knobs if r.key.startswith("engine.")))
+    for rule in rules:
         key = rule.key.removeprefix("engine.")
         value = _get(obj, key)
         if value is not None and not rule.ok(value):

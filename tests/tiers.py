@@ -36,6 +36,7 @@ FILE_SECONDS: dict[str, float] = {  # junit times of make test, 2-core Xeon, 202
     "tests/integration/test_sweep_smollm2.py": 58,
     # not from the junit run above: 91 s on a busy 2-core machine where test_memory_phases took 139 s
     "tests/integration/test_sweep_preparation.py": 55,
+    "tests/unit/test_types.py": 60,  # mypy, cold cache (alone on a busy 2-core machine: 45-50 s)
     "tests/unit/test_load_capacity.py": 55,
     "tests/integration/test_tracking_server.py": 54,
     "tests/integration/test_vllm_faults.py": 53,

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selector.engines.spec import Engine
 from selector.registry import Registry
+
+if TYPE_CHECKING:
+    from selector.config import EngineConfig
+    from selector.engines.spec import Engine
 
 ENGINES: Registry = Registry("engine kind")
 ENGINES.register("hf", "selector.engines.inprocess.engine:InProcessEngine")
@@ -27,13 +31,14 @@ ENGINES.register("openai", "selector.engines.served.attached:AttachedEngine")
 ENGINES.register("scripted", "selector.engines.scripted:ScriptedEngine")
 
 
-def engine_class(kind: str) -> Any:
+def engine_class(kind: str) -> type[Engine[Any]]:
     """The engine class of a kind (UnknownNameError, with a did-you-mean, for an unknown one)."""
-    return ENGINES.get(kind)
+    cls: type[Engine[Any]] = ENGINES.get(kind)
+    return cls
 
 
-def engine_for(config: Any) -> Any:
-    """The engine of a validated engine config."""
+def engine_for(config: EngineConfig) -> Engine[Any]:
+    """The engine of a validated engine config (its kind's own dataclass)."""
     return engine_class(config.kind)(config)
 
 
@@ -94,7 +99,7 @@ def _unknown(cls: type, data: dict[str, Any], prefix: str, kind: str) -> tuple[s
         f = fields.get(key)
         if f is None:
             return prefix + key, _why(kind, cls, prefix + key)
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
         if dataclasses.is_dataclass(default) and isinstance(value, dict):
             found = _unknown(type(default), value, f"{prefix}{key}.", kind)
             if found:

@@ -30,18 +30,17 @@ def all_knobs() -> dict[str, str]:
 def served_by(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The engine (selector.engines.spec.Engine) of a RunRecord's resolved config and its knobs'
     values (Knob.short -> value), for the load diagnosis's advice (diagnosis.Serving). An engine kind
-    this selector does not know: the base Engine, a server whose knobs are not known here."""
+    this selector does not know: None, a server whose knobs are not known here."""
     from omegaconf import OmegaConf
 
     from selector.engines import engine_class, upgrade
-    from selector.engines.spec import Engine
     from selector.registry import UnknownNameError
 
     engine = upgrade(dict(config.get("engine") or {}))
     try:
         cls = engine_class(str(engine.get("kind", "hf")))
     except UnknownNameError:
-        return Engine(None), {}
+        return None, {}
     whole = OmegaConf.create({**config, "engine": engine})
     return cls(engine), {k.short: OmegaConf.select(whole, k.key) for k in cls.knobs}
 

@@ -27,15 +27,21 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from selector.config import EngineConfig
 from selector.generation import Generation, GenerationRequest, Loglikelihood, LoglikelihoodRequest, Prompt
-from selector.engines.spec import Batching, Engine, EngineInfo, Range, Running, StartContext, TopLogprobs
+from selector.engines.spec import Batching, Channel, Engine, EngineInfo, Range, Running, StartContext, TopLogprobs
 from selector.trace import RequestTrace
+
+if TYPE_CHECKING:
+    from selector.config import SelectorConfig
+    from selector.origin import Origin
+    from selector.records import MemoryResult
 
 
 @dataclass
-class ScriptedEngineConfig:
+class ScriptedEngineConfig(EngineConfig):
     kind: str = "scripted"
     # The chance of a right answer per task, per variant: keys are "model/precision", a precision or
     # a model name (the most specific that names the variant wins), values {task: probability}.
@@ -54,7 +60,7 @@ class ScriptedEngineConfig:
     logit_noise: float = 0.5  # the scale of a non-baseline precision's difference from the baseline's logits
 
 
-class ScriptedEngine(Engine):
+class ScriptedEngine(Engine[ScriptedEngineConfig]):
     kind = "scripted"
     label = "scripted (no model)"
     Config = ScriptedEngineConfig
@@ -69,7 +75,7 @@ class ScriptedEngine(Engine):
         # (its nominal size, smaller for fewer bits), what its memory reports and the search orders by.
         return "as-saved"
 
-    def check(self, cfg: Any, origin: Any) -> None:
+    def check(self, cfg: SelectorConfig, origin: Origin) -> None:
         for name, tasks in self.config.accuracy.items():
             for task, p in tasks.items():
                 if not 0 <= float(p) <= 1:
@@ -177,8 +183,7 @@ class ScriptedRunning(Running):
 
     # ---- timed requests ------------------------------------------------------------------------
     @asynccontextmanager
-    async def session(self, batching: Batching) -> AsyncIterator[Any]:
-        from selector.engines.spec import Channel
+    async def session(self, batching: Batching) -> AsyncIterator[Channel]:
         from selector.resources.utilization import UtilizationMonitor, own_process
 
         slots = asyncio.Semaphore(self.config.slots)
@@ -227,9 +232,11 @@ class ScriptedRunning(Running):
             yield TopLogprobs(logp=torch.log_softmax(torch.tensor(np.array(rows), dtype=torch.float32), dim=-1))
 
     # ---- memory and what ran ---------------------------------------------------------------------
-    def memory(self) -> Any:
+    def memory(self) -> MemoryResult:
         from selector.records import MemoryResult
 
+        if self.planned_weight_bytes is None:  # the variant's run always passes plan's estimate
+            raise ValueError("the scripted engine reports plan's weight estimate: StartContext.planned_weight_bytes is unset")
         return MemoryResult(weight_bytes=self.planned_weight_bytes, weights_source="plan")
 
     def info(self) -> EngineInfo:

@@ -1,8 +1,9 @@
 """What an engine is: one class per kind, registered in selector/engines/__init__.py.
 
-An engine owns its typed config (`Config`, a dataclass: conf/engine/<name>.yaml is validated against
-it) and answers, before anything loads, whether it can run a variant here, what of its config can
-change a score, which serving knobs it has and what it is called. `start` returns a `Running`
+An engine owns its typed config (`Config`, a dataclass subclassing selector.config.EngineConfig, the
+type the engine is generic over: conf/engine/<name>.yaml is validated against it) and answers,
+before anything loads, whether it can run a variant here, what of its config can change a score,
+which serving knobs it has and what it is called. `start` returns a `Running`
 engine: everything a variant is evaluated and measured through (selector/sweep/pipeline.py), the
 same calls whatever runs the model, so a served variant gets every figure an in-process one gets:
 
@@ -21,14 +22,17 @@ so every config validates without them.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from selector.generation import Evaluator, GenerationRequest, encode_prompt
+from selector.config import EngineConfig
+from selector.generation import (Evaluator, Generation, GenerationRequest, Loglikelihood, LoglikelihoodRequest,
+                                 Progress, Prompt, encode_prompt)
 
 from selector.trace import RequestTrace
 
@@ -130,12 +134,30 @@ class TopLogprobs:
     logp: Any  # float32 [positions, k or vocabulary]
     ids: Any = None  # int64 [positions, k]; None: logp covers every token id
 
-class Running(Evaluator):
-    """A started engine, serving one variant. A context manager: leaving it stops the engine."""
+class Running(Evaluator, abc.ABC):
+    """A started engine, serving one variant. A context manager: leaving it stops the engine.
+
+    The type every consumer takes a running engine as (the variant's run, the measurements). What
+    every kind must implement is abstract here: a kind that leaves one out cannot be instantiated
+    (TypeError at `start`, and mypy's error where the class is built); the rest have defaults."""
 
     name: str = ""  # the engine's display name (hf, vllm, ...)
     tokenizer: Any = None  # the checkpoint's tokenizer when there is one here (synthetic prompts, probes)
     token_ids: bool = True  # accepts prompts as token ids (GenerationRequest.token_ids)
+
+    # ---- evaluation (the Evaluator protocol) ---------------------------------------------------
+    @abc.abstractmethod
+    def generate(self, requests: list[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
+        """Greedy generations, one per request, in order."""
+
+    @abc.abstractmethod
+    def loglikelihood(self, requests: list[LoglikelihoodRequest],
+                      progress: Progress | None = None) -> list[Loglikelihood]:
+        """Each continuation's log-probability given its context, in order."""
+
+    @abc.abstractmethod
+    def render(self, prompt: Prompt) -> str:
+        """The exact text the model sees for a prompt (chat template applied)."""
 
     def encode(self, prompt: Any) -> list[int]:
         """The token ids the model sees for a prompt (chat template applied), as the in-process
@@ -144,10 +166,10 @@ class Running(Evaluator):
             raise ValueError(f"engine {self.name} has no tokenizer here to encode prompts with")
         return encode_prompt(self.tokenizer, prompt)
 
+    @abc.abstractmethod
     def session(self, batching: Batching) -> AbstractAsyncContextManager[Channel]:
         """An async context (inside an event loop) giving the load driver's Channel: `send` and how
         to measure a level (utilisation, the queue/compute split)."""
-        raise NotImplementedError
 
     def prepare(self, requests: list[Any]) -> None:
         """Requests about to be timed: whatever can be done to them before the clock starts
@@ -156,30 +178,32 @@ class Running(Evaluator):
     def warm(self, ids: list[list[int]], new_tokens: int) -> None:
         """Compile this batch shape now, if the engine compiles per shape, so no timed run does."""
 
+    @abc.abstractmethod
     def rebatched(self, batch_size: int) -> Evaluator:
         """The same engine evaluating `batch_size` requests at a time (the noise floor)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def token_logprobs(self, prompts: list[list[int]], positions: int) -> Iterator[TopLogprobs]:
         """Per prompt (token ids), the next-token distributions at its last `positions` positions:
         the whole vocabulary's, or the top `max_logprobs` the engine gives (a server)."""
-        raise NotImplementedError
 
     max_logprobs: int | None = None  # the most log-probabilities per position it returns (None: all)
 
+    @abc.abstractmethod
     def memory(self) -> MemoryResult:
         """What serving the variant held, as this engine holds it (docs/memory.md)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def info(self) -> EngineInfo:
-        raise NotImplementedError
+        """What ran the variant, for the record."""
 
     def check_alive(self, during: str, grace_s: float = 0.0) -> None:
         """Raise when what serves the variant has died (a server process), waiting up to grace_s for
         an exit under way; nothing in-process."""
 
+    @abc.abstractmethod
     def stop(self, interrupted: bool = False) -> None:
-        raise NotImplementedError
+        """Stop serving (a server: its processes; in-process: the model's memory)."""
 
     def __enter__(self) -> Running:
         return self
@@ -188,13 +212,26 @@ class Running(Evaluator):
         self.stop(interrupted=exc_type is not None and not issubclass(exc_type, Exception))
 
 
-class Engine:
-    """The base of every engine kind. Subclasses set the class attributes and implement `start`."""
+C = TypeVar("C", bound=EngineConfig)
+
+
+def server_advice(layer: str) -> str:
+    """The load diagnosis's advice for a server whose knobs the harness does not know."""
+    if layer == "queue":
+        return ("add an instance (a replica), or let the server run more requests at once "
+                "(vLLM --max-num-seqs, TGI --max-batch-size)")
+    return "lower the server's own batching delay, if it has one, since batches do not fill at this load"
+
+
+class Engine(abc.ABC, Generic[C]):
+    """The base of every engine kind, generic over its config (`Engine[HfEngineConfig]`). Subclasses
+    set the class attributes and implement `start`."""
 
     kind: ClassVar[str] = ""  # the registry name, as `kind:` in conf/engine/*.yaml
     label: ClassVar[str] = ""  # what the report calls it
     what: ClassVar[str] = ""  # what this kind of engine is, for error messages
-    Config: ClassVar[type] = object  # its typed config (a dataclass)
+    # its typed config (a dataclass, an EngineConfig: the C it is generic over; a ClassVar cannot name C)
+    Config: ClassVar[type[EngineConfig]] = EngineConfig
     in_process: ClassVar[bool] = False  # runs the model in the variant's worker process
     needs_checkpoint: ClassVar[bool] = True  # the variant's checkpoint is made (converted, quantized) first
     knobs: ClassVar[tuple[Knob, ...]] = ()
@@ -206,8 +243,8 @@ class Engine:
     # refused before anything runs, with a did-you-mean naming the one spelling (check_deploy_engine).
     deploy_spellings: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, config: Any) -> None:
-        self.config = config
+    def __init__(self, config: C) -> None:
+        self.config: C = config
 
     # ---- before anything loads -------------------------------------------------------------
     def display_name(self) -> str:
@@ -237,12 +274,8 @@ class Engine:
         """The load diagnosis's advice (selector.measure.diagnosis) when `layer` holds a level's time:
         "queue" (waiting behind running requests) or "batch_wait" (waiting for a batch to fill), in
         this engine's own knobs. knobs: their values as the record set them (Knob.short -> value);
-        concurrency: the level's requests in flight (None: a rate). This default: a server whose
-        knobs the harness does not know."""
-        if layer == "queue":
-            return ("add an instance (a replica), or let the server run more requests at once "
-                    "(vLLM --max-num-seqs, TGI --max-batch-size)")
-        return "lower the server's own batching delay, if it has one, since batches do not fill at this load"
+        concurrency: the level's requests in flight (None: a rate). This default: server_advice."""
+        return server_advice(layer)
 
     def in_process_comparison(self) -> Engine | None:
         """The in-process engine a served variant's answers are compared with on the same checkpoint
@@ -288,8 +321,9 @@ class Engine:
         return _only(data, self.not_scored)
 
     # ---- a variant ------------------------------------------------------------------------
+    @abc.abstractmethod
     def start(self, ctx: StartContext) -> Running:
-        raise NotImplementedError
+        """Start serving the variant (load it, or start its server): every kind implements it."""
 
 
 def _without(data: dict[str, Any], dotted: tuple[str, ...]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from selector.engines.spec import Engine
+from selector.engines.spec import Engine, server_advice
 from selector.records import LoadLevel
 
 DOMINANT = 0.5  # a layer holding at least this share of the time dominates the level
@@ -44,7 +44,7 @@ class Serving:
     as the record set them (Knob.short -> value). Whoever diagnoses builds it from the record
     (selector.engines.knobs.served_by); the default is a server whose knobs are not known here."""
 
-    engine: Engine = field(default_factory=lambda: Engine(None))
+    engine: Engine[Any] | None = None  # None: a server whose knobs are not known here
     knobs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -128,6 +128,8 @@ def headline(levels: list[LoadLevel], serving: Serving) -> Diagnosis | None:
 
 def _advice(layer: str, level: LoadLevel, serving: Serving, lightest: LoadLevel | None) -> str:
     if layer in ("queue", "batch_wait"):  # a knob's layer: the engine names its own knobs
+        if serving.engine is None:
+            return server_advice(layer)
         return serving.engine.load_advice(layer, serving.knobs, level.concurrency)
     if layer == "other":
         return "look at the client, the network and the server's front end (HTTP, tokenizing, streaming)"

@@ -38,10 +38,13 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from selector.config import SelectorConfig, to_dict
 from selector.records import FidelityResult
+
+if TYPE_CHECKING:
+    from selector.engines.spec import Running
 
 log = logging.getLogger("selector.measure.fidelity")
 
@@ -62,7 +65,7 @@ class Reference:
     rest: Any  # float32 [positions]: log of the probability mass outside the top-k
 
 
-def measure_fidelity(running: Any, tasks: Sequence[Any], cfg: SelectorConfig) -> FidelityResult | None:
+def measure_fidelity(running: Running, tasks: Sequence[Any], cfg: SelectorConfig) -> FidelityResult | None:
     """KL and top-1 agreement of the variant, through the engine that serves it, against the
     baseline's reference file; None for the baseline itself (in-process it writes the file) and when
     there is no file (`ensure_reference` makes it) or the engine gives no log-probabilities."""

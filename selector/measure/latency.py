@@ -22,7 +22,7 @@ from typing import Any
 
 from selector.config import LatencyConfig, ThroughputConfig
 from selector.generation import GenerationRequest
-from selector.engines.spec import Batching
+from selector.engines.spec import Batching, Running
 from selector.measure.load_driver import Channel, drive_level, level_duration
 from selector.measure.percentiles import summarize
 from selector.measure.timing import FILLER, synthetic_prompt
@@ -31,7 +31,7 @@ from selector.records import LatencyResult, ThroughputPoint
 MAX_RUN_S = 1800.0  # one latency or throughput run; a server that stops answering fails the stage
 
 
-def fixed_requests(running: Any, prompt_tokens: int, new_tokens: int, n: int) -> list[GenerationRequest]:
+def fixed_requests(running: Running, prompt_tokens: int, new_tokens: int, n: int) -> list[GenerationRequest]:
     """n prompts of exactly prompt_tokens tokens (rotated so rows differ), each generating exactly
     new_tokens; as text of about that length where the engine has no tokenizer here."""
     out = []
@@ -58,7 +58,7 @@ async def _timed(channel: Channel, requests: list[GenerationRequest], concurrenc
     return traces
 
 
-def measure_latency(running: Any, cfg: LatencyConfig) -> LatencyResult:
+def measure_latency(running: Running, cfg: LatencyConfig) -> LatencyResult:
     """One request at a time: time to first token, the mean gap between its tokens, end to end."""
     from selector.measure.traffic import on_engine
 
@@ -99,7 +99,7 @@ def precise_enough(e2e_ms: list[float], cfg: LatencyConfig) -> bool:
     return half_width <= cfg.precision * statistics.fmean(e2e_ms)
 
 
-def measure_throughput(running: Any, cfg: ThroughputConfig, latency: LatencyResult | None = None) -> list[ThroughputPoint]:
+def measure_throughput(running: Running, cfg: ThroughputConfig, latency: LatencyResult | None = None) -> list[ThroughputPoint]:
     """Output tokens per second with `batch` requests sent at once, at each batch size (the median
     of `repeats` runs after one warm-up run). Batch 1 with the latency runs' own prompt and length
     is what those runs already timed: it is read off them instead of sent again."""
@@ -115,7 +115,7 @@ def measure_throughput(running: Any, cfg: ThroughputConfig, latency: LatencyResu
             continue
         requests = fixed_requests(running, cfg.prompt_tokens, cfg.new_tokens, batch)
         if requests[0].token_ids is not None:
-            running.warm([r.token_ids for r in requests], cfg.new_tokens)
+            running.warm([ids for r in requests if (ids := r.token_ids) is not None], cfg.new_tokens)  # all of them
 
         async def body(channel: Channel, requests: list[GenerationRequest] = requests, batch: int = batch) -> list[float]:
             await _timed(channel, requests, batch)  # warm-up at this shape

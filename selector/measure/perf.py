@@ -4,14 +4,16 @@ that order, on the same warm engine. Every engine gets every figure the same way
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selector.config import SelectorConfig
 from selector.records import PerfResult
 
+if TYPE_CHECKING:
+    from selector.engines.spec import Running
 
 
-def measure_perf(running: Any, tasks: Any, cfg: SelectorConfig, perf: PerfResult,
+def measure_perf(running: Running, tasks: Any, cfg: SelectorConfig, perf: PerfResult,
                  at_rest: Any = None) -> PerfResult:
     """Fills `perf` as it goes, so what was measured stays in the record if a later figure fails
     (a server that dies in the load test keeps its levels). at_rest: the variant's evaluation

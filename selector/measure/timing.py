@@ -21,7 +21,8 @@ FILLER = (
 
 class _StepClock:
     def __init__(self, sync: bool) -> None:
-        self.sync, self.stamps = sync, []
+        self.sync = sync
+        self.stamps: list[float] = []
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.sync:

@@ -22,12 +22,12 @@ import asyncio
 import dataclasses
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from selector.config import SelectorConfig
 from selector.generation import GenerationRequest, ItemRef
 from selector.errors import ConfigError
-from selector.engines.spec import Batching, Channel, ServerDiedError
+from selector.engines.spec import Batching, Channel, Running, ServerDiedError
 from selector.measure.load_driver import (  # noqa: F401  (re-exported: the load test's one import path)
     CUT_OFF,
     SLO_FIELDS,
@@ -42,7 +42,6 @@ from selector.measure.load_driver import (  # noqa: F401  (re-exported: the load
     summarize_level,
 )
 from selector.measure.requests import (
-    cycled,
     has_arrivals,
     read_request_file,
     recorded_arrivals,
@@ -77,8 +76,9 @@ def load_requests(tasks: Sequence[Any], model_name: str, prompt_style: str, n: i
     for task in tasks:
         if task.type == "generate":
             cap = task.max_new_tokens if task.max_new_tokens <= new_tokens else new_tokens
+            generated = cast("list[GenerationRequest]", build_requests(task, model_name, prompt_style))  # a generate task's
             per_task.append([dataclasses.replace(r, max_new_tokens=cap, item=ItemRef(task.name, item.id))
-                             for r, item in zip(build_requests(task, model_name, prompt_style), task.items)])
+                             for r, item in zip(generated, task.items)])
     if not per_task:  # only multiple choice: their contexts still make realistic prompts
         for task in tasks:
             style = resolve_style(task, model_name, prompt_style)
@@ -227,7 +227,7 @@ def _interleave(groups: list[list[GenerationRequest]]) -> list[list[GenerationRe
 
 
 # ---- through the running engine ------------------------------------------------------------------
-def on_engine(running: Any, batching: Batching, body: Callable[[Channel], Awaitable[T]]) -> T:
+def on_engine(running: Running, batching: Batching, body: Callable[[Channel], Awaitable[T]]) -> T:
     """body(channel) in an event loop, with the running engine's session open."""
 
     async def main() -> T:
@@ -242,7 +242,7 @@ def load_batching(cfg: LoadConfig) -> Batching:
     return Batching(cfg.max_batch_size, cfg.max_queue_delay_ms)
 
 
-def run_load(running: Any, tasks: Sequence[Any], cfg: SelectorConfig,
+def run_load(running: Running, tasks: Sequence[Any], cfg: SelectorConfig,
              scorer: AnswerScorer | None = None) -> list[LoadLevel]:
     """The load test of a variant through its running engine, for PerfResult.load (a trace's
     prompts synthesised with the engine's tokenizer). scorer: what scores every level's answers
@@ -255,7 +255,7 @@ def run_load(running: Any, tasks: Sequence[Any], cfg: SelectorConfig,
     return [o.level for o in outcomes]
 
 
-def run_capacity(running: Any, tasks: Sequence[Any], cfg: SelectorConfig,
+def run_capacity(running: Running, tasks: Sequence[Any], cfg: SelectorConfig,
                  scorer: AnswerScorer | None = None) -> dict[str, CapacityResult]:
     """The capacity searches (measure.load.capacity_on) through the variant's running engine, for
     PerfResult.capacity (rate) and capacity_concurrency; every probe's and the confirmation's
@@ -274,7 +274,7 @@ def scoring(probe: Probe, scorer: AnswerScorer | None) -> Probe:
     return probe if scorer is None else dataclasses.replace(probe, answers=scorer.level)
 
 
-def _server_died(running: Any, found: dict[str, CapacityResult]) -> None:
+def _server_died(running: Running, found: dict[str, CapacityResult]) -> None:
     """A confirmation run with failed requests may be a server that died during it (the channel
     cannot see the server; the running engine can): then the plan fails with the server's status
     and its log's last lines in the confirmation's note, and the search's result stays."""
@@ -290,7 +290,7 @@ def _server_died(running: Any, found: dict[str, CapacityResult]) -> None:
         trial.note = "; ".join(x for x in (trial.note, str(e)) if x)
 
 
-def load_levels(running: Any, requests: Sequence[GenerationRequest], cfg: LoadConfig,
+def load_levels(running: Running, requests: Sequence[GenerationRequest], cfg: LoadConfig,
                 warmup: Sequence[GenerationRequest] = ()) -> list[LevelOutcome]:
     """A ladder of these requests through the running engine, with every level's traces."""
     running.prepare([*warmup, *requests])

@@ -18,12 +18,16 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
 from selector.records import SampleRecord, SearchInfo
 from selector.tasks.metrics import InvalidScoreError, check_score
+
+if TYPE_CHECKING:
+    from selector.config import SelectorConfig
+    from selector.engines.spec import Running
 
 Evaluate = Callable[[Any, list[str]], list[SampleRecord]]  # (task, item ids) -> scored samples
 log = logging.getLogger("selector.sweep.evaluation")
@@ -167,7 +171,7 @@ def run(tasks: list[Any], store: ItemStore, evaluate: Evaluate, *, seed: int, ro
     return Outcome(samples, info, decision)
 
 
-def noise_floor(running: Any, tasks: Any, cfg: Any, scored: dict[str, float]) -> dict[str, float]:
+def noise_floor(running: Running, tasks: Any, cfg: SelectorConfig, scored: dict[str, float]) -> dict[str, float]:
     """Score spread per task across evaluations that differ only in batch size (padding and kernel
     choice change the float rounding; a server batches the requests differently); selection warns
     when a verdict rests on less. scored: each task's score from the variant's own evaluation."""

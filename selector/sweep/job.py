@@ -33,6 +33,7 @@ def run_job(raw: DictConfig) -> dict[str, Any]:
     composed and validated there, its keys computed there."""
     setup_logging()
     hc = HydraConfig.get()
+    assert hc.mode is not None  # Hydra sets it for every job it runs
     base = hc.sweep.dir if hc.mode.name == "MULTIRUN" else hc.run.dir
     job_dir = _enter_launch_dir(hc.runtime.cwd, Path(hc.runtime.output_dir), Path(str(base)).is_absolute())
     # The sweep folder Hydra names (a relative one is the launch folder's, where we now are), not an

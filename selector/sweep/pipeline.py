@@ -24,7 +24,7 @@ from typing import Any, Iterator
 from selector.config import SelectorConfig, to_dict
 from selector.engines import engine_for
 from selector.generation import Evaluator
-from selector.engines.spec import StartContext
+from selector.engines.spec import Running, StartContext
 from selector.errors import UnavailableError
 from selector.measure.contention import CpuShare
 from selector.plan.estimate import planned_weight_bytes
@@ -134,7 +134,7 @@ class VariantRun:
                 self._record_running(running, device)
         self.record.environment["machine_load"] = share.as_dict()
 
-    def _scenario(self, running: Any, tasks: list[Any], device: str, compared: Any) -> None:
+    def _scenario(self, running: Running, tasks: list[Any], device: str, compared: Any) -> None:
         from selector.measure.fidelity import measure_fidelity
         from selector.measure.perf import measure_perf
 
@@ -196,7 +196,7 @@ class VariantRun:
         self.record.preparation = "built" if prepared.made else "cache"  # the child may only have found it all
         self.quantized_here = "artifact" in prepared.made
 
-    def _record_info(self, running: Any) -> None:
+    def _record_info(self, running: Running) -> None:
         """What runs the variant: its quantization, kernel, server, and what loading noted."""
         info = running.info()
         self.variant.params = self.variant.params or info.params
@@ -213,7 +213,7 @@ class VariantRun:
             self.record.perf.compiled, self.record.perf.compile_s = info.compiled, info.compile_s
             self.record.perf.compile_note = info.compile_note
 
-    def _record_running(self, running: Any, device: str) -> None:
+    def _record_running(self, running: Running, device: str) -> None:
         try:
             self._record_info(running)  # again: a server's requests served, the fast path's compile time
             memory = running.memory()
@@ -225,7 +225,7 @@ class VariantRun:
         memory.planned_serving_bytes = self._planned_serving(running, device, runtime)
         self.record.memory = memory
 
-    def _planned_serving(self, running: Any, device: str, runtime_bytes: int | None) -> int | None:
+    def _planned_serving(self, running: Running, device: str, runtime_bytes: int | None) -> int | None:
         """plan's estimate of the serving peak, at the shapes this variant ran, beside the measured one."""
         from selector.plan.estimate import serving_bytes, serving_shape
 

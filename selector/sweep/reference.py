@@ -41,20 +41,20 @@ def ensure_reference(cfg: SelectorConfig, tasks: Sequence[Any], device: str, bas
         log.warning("fidelity: baseline %s cannot run here (%s); skipped", precision.name, why)
         return f"no fidelity reference: {why}"
     try:
-        _, baseline = load_variant(cfg.model, precision, cfg.cache_dir, device, calibration=cfg.calibration,
-                                   progress=False)
+        _, loaded = load_variant(cfg.model, precision, cfg.cache_dir, device, calibration=cfg.calibration,
+                                 progress=False)
     except Exception as e:  # e.g. no memory for the baseline: the variant's own results still stand
         log.warning("fidelity: could not load the baseline %s (%s: %s); skipped", precision.name, type(e).__name__, e)
         return f"no fidelity reference: loading {precision.name} failed ({type(e).__name__})"
     try:
-        probes = probe_token_ids(PromptEncoder(baseline.tokenizer), tasks, cfg)
+        probes = probe_token_ids(PromptEncoder(loaded.tokenizer), tasks, cfg)
         path = reference_path(cfg, probes)
         if probes and not path.is_file():
             log.info("fidelity: computing the reference of %s/%s", cfg.model.name, precision.name)
-            save_reference(path, reference_from(probe_logprobs(baseline.model, probes, PROBE_POSITIONS)))
+            save_reference(path, reference_from(probe_logprobs(loaded.model, probes, PROBE_POSITIONS)))
         return f"fidelity reference of {cfg.model.name}/{precision.name} in {path.name}"
     finally:
-        del baseline
+        del loaded
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -9,6 +9,7 @@ time limit) the run ends with a status, a reason and the log's last lines, and t
 from __future__ import annotations
 
 import codecs
+import io
 import logging
 import os
 import re
@@ -18,7 +19,7 @@ import sys
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from selector.config import SelectorConfig, to_dict
 from selector.engines.served.process import reap_servers
@@ -122,13 +123,14 @@ class LogTail:
         return "".join(self.lines) + self.partial
 
 
-def _tee(proc: subprocess.Popen, log_path: Path, tail: LogTail,  # type: ignore[type-arg]
+def _tee(proc: subprocess.Popen[bytes], log_path: Path, tail: LogTail,
          console: ConsoleFilter | None) -> None:
     """Copy the worker's output to worker.log and to our stderr: all of it (progress bars stay
     live), or what `console` lets through."""
-    assert proc.stdout is not None
+    stdout = cast("io.BufferedReader", proc.stdout)  # stdout=PIPE with the default bufsize: a buffered reader
+    assert stdout is not None
     with log_path.open("ab") as out:
-        for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+        for chunk in iter(lambda: stdout.read1(65536), b""):
             shown = chunk if console is None else console.feed(chunk).encode()
             if shown:
                 sys.stderr.buffer.write(shown)

@@ -20,17 +20,24 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from selector.config import EngineConfig, SelectorConfig
 from selector.generation import GenerationRequest
-from selector.engines.spec import Batching, Engine, EngineInfo, Knob, Range, Running, StartContext, TopLogprobs
+from selector.engines.spec import Batching, Channel, Engine, EngineInfo, Knob, Range, Running, StartContext, TopLogprobs
 from selector.trace import RequestTrace
+
+if TYPE_CHECKING:
+    from selector.engines.inprocess.evaluator import HFEngine
+    from selector.generation import Generation, Loglikelihood, LoglikelihoodRequest, Progress
+    from selector.origin import Origin
+    from selector.records import MemoryResult, PeakMemory
 
 log = logging.getLogger("selector.engines.inprocess.engine")
 
 
 @dataclass
-class HfEngineConfig:
+class HfEngineConfig(EngineConfig):
     kind: str = "hf"
     batch_size: int = 8  # evaluation rows per batch
     max_batch_tokens: int = 16384  # cap on padded tokens per batch, so long prompts get smaller batches
@@ -40,7 +47,7 @@ class HfEngineConfig:
     compile: str = "auto"
 
 
-class InProcessEngine(Engine):
+class InProcessEngine(Engine[HfEngineConfig]):
     kind = "hf"
     label = "hf"
     Config = HfEngineConfig
@@ -69,7 +76,7 @@ class InProcessEngine(Engine):
         return (f"lower max_queue_delay_ms{now}, since batches do not fill at this load{few} and requests wait out "
                 "the delay")
 
-    def check(self, cfg: Any, origin: Any) -> None:
+    def check(self, cfg: SelectorConfig, origin: Origin) -> None:
         from selector.engines.inprocess.fast import compile_setting
         from selector.errors import ConfigError
 
@@ -100,8 +107,9 @@ class InProcessRunning(Running):
         self._encoded: dict[int, tuple[Any, list[int]]] = {}
         self.meter = PhaseMeter(device)
         self.meter.start()  # from here on: serving it
-        self.held = None  # the serving peak before a pass that does not count (fidelity)
-        self.load_peak, self.runtime_rss = None, None
+        self.held: PeakMemory | None = None  # the serving peak before a pass that does not count (fidelity)
+        self.load_peak: PeakMemory | None = None
+        self.runtime_rss: int | None = None
 
     @classmethod
     def load(cls, config: HfEngineConfig, ctx: StartContext) -> InProcessRunning:
@@ -125,25 +133,25 @@ class InProcessRunning(Running):
         return running
 
     # ---- evaluation ---------------------------------------------------------------------------
-    def generate(self, requests, progress=None):  # type: ignore[no-untyped-def]
+    def generate(self, requests: list[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
         return self.hf.generate(requests, progress)
 
-    def loglikelihood(self, requests, progress=None):  # type: ignore[no-untyped-def]
+    def loglikelihood(self, requests: list[LoglikelihoodRequest],
+                      progress: Progress | None = None) -> list[Loglikelihood]:
         return self.hf.loglikelihood(requests, progress)
 
     def render(self, prompt: Any) -> str:
         return self.hf.render(prompt)
 
-    def rebatched(self, batch_size: int) -> Any:
+    def rebatched(self, batch_size: int) -> HFEngine:
         from selector.engines.inprocess.evaluator import HFEngine
 
         return HFEngine(self.model, self.tokenizer, batch_size, self.config.max_batch_tokens)
 
     # ---- timed requests -------------------------------------------------------------------------
     @asynccontextmanager
-    async def session(self, batching: Batching) -> AsyncIterator[Any]:
+    async def session(self, batching: Batching) -> AsyncIterator[Channel]:
         """A dynamic batching scheduler in front of the model; `send` submits to it and waits."""
-        from selector.engines.spec import Channel
         from selector.engines.conversations import Conversations
         from selector.resources.utilization import UtilizationMonitor, nvml_indices, own_process
         from selector.engines.inprocess.batching import BatchingScheduler
@@ -160,7 +168,11 @@ class InProcessRunning(Running):
                 done: asyncio.Future[RequestTrace] = loop.create_future()
 
                 def deliver(trace: RequestTrace) -> None:  # on the scheduler thread
-                    loop.call_soon_threadsafe(lambda: done.done() or done.set_result(trace))
+                    def settle() -> None:  # on the event loop's
+                        if not done.done():
+                            done.set_result(trace)
+
+                    loop.call_soon_threadsafe(settle)
 
                 ids = request.token_ids if request.token_ids is not None else self._prepared(request.prompt)
                 ids = ids if ids is not None else self.hf.encode(request.prompt)  # a turn: the conversation so far
@@ -203,7 +215,7 @@ class InProcessRunning(Running):
             self.meter.start()
 
     # ---- memory and what ran ---------------------------------------------------------------------
-    def memory(self) -> Any:
+    def memory(self) -> MemoryResult:
         from selector.resources.memory import higher, measure_memory
         from selector.precisions.base import dir_bytes
 

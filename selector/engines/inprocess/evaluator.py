@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections import defaultdict
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -156,7 +156,7 @@ class HFEngine:
             gens.append(Generation(text=text, prompt_tokens=len(prompt), output_tokens=len(row)))
         return gens
 
-    def _stop_check(self, stops: list[str]):  # type: ignore[no-untyped-def]
+    def _stop_check(self, stops: list[str]) -> Callable[[int, list[int]], bool] | None:
         """row, tokens -> has the row written a stop string (only the last few tokens can hold a new one)."""
         if not stops:
             return None
@@ -239,7 +239,10 @@ class HFEngine:
             )
             follow_logp = torch.log_softmax(follow.logits.float(), dim=-1)
         for r, c in enumerate(flat):
-            steps = [last_logp[owner[r]]] + ([follow_logp[r, j] for j in range(len(c) - 1)] if len(c) > 1 else [])
+            steps = [last_logp[owner[r]]]
+            if len(c) > 1:
+                assert follow_logp is not None  # width > 0: the tokens after each first one were run
+                steps += [follow_logp[r, j] for j in range(len(c) - 1)]
             lp = sum(float(s[t]) for s, t in zip(steps, c))
             greedy = all(int(s.argmax()) == t for s, t in zip(steps, c))
             scores.append(Loglikelihood(logprob=lp, tokens=len(c), is_greedy=greedy))

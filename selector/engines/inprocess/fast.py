@@ -84,7 +84,8 @@ class FastPath:
             # against 4.8 ms per token for a tiny compressed-tensors model on CPU).
             self.config = CompileConfig(fullgraph=True, dynamic=None, mode="reduce-overhead" if cuda else "default")
             if not cuda:
-                self.config._compile_all_devices = True
+                # transformers declares this private flag `= None` without a type: mypy reads it as None only
+                self.config._compile_all_devices = True  # type: ignore[assignment]
             quantizer = getattr(model, "hf_quantizer", None)
             if quantizer is not None and not quantizer.is_compileable:
                 self._give_up(f"transformers does not compile models quantized with {type(quantizer).__name__}")

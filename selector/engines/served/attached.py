@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -23,6 +23,10 @@ from selector.engines.served.running import (
 )
 from selector.engines.spec import Engine, Range, StartContext
 
+if TYPE_CHECKING:
+    from selector.config import SelectorConfig
+    from selector.origin import Origin
+
 log = logging.getLogger("selector.engines.served.attached")
 
 
@@ -32,7 +36,7 @@ class AttachedEngineConfig(ServerConfig):
     base_url: str = "http://127.0.0.1:8000/v1"
 
 
-class AttachedEngine(Engine):
+class AttachedEngine(Engine[AttachedEngineConfig]):
     kind = "openai"
     label = "openai"
     what = "an attached server (engine.base_url)"
@@ -53,7 +57,7 @@ class AttachedEngine(Engine):
     def prefix_cache(self) -> str:
         return self.config.prefix_cache  # unknown unless the user says what the server does
 
-    def check(self, cfg: Any, origin: Any) -> None:
+    def check(self, cfg: SelectorConfig, origin: Origin) -> None:
         if not self.config.base_url:
             raise origin.error("engine.base_url", "engine=openai attaches to a running server: give its URL "
                                "(or start one per variant: engine=vllm, engine=openai-transformers)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
 
@@ -25,6 +25,10 @@ from selector.engines.served.running import (
 )
 from selector.engines.spec import Engine, Range, StartContext
 
+if TYPE_CHECKING:
+    from selector.config import SelectorConfig
+    from selector.origin import Origin
+
 
 @dataclass
 class CommandEngineConfig(StartedServerConfig):
@@ -34,7 +38,7 @@ class CommandEngineConfig(StartedServerConfig):
     server_command: str = MISSING
 
 
-class CommandEngine(Engine):
+class CommandEngine(Engine[CommandEngineConfig]):
     kind = "command"
     label = "server"
     what = "a server started per variant from engine.command"
@@ -61,7 +65,7 @@ class CommandEngine(Engine):
     def prefix_cache(self) -> str:
         return self.config.prefix_cache
 
-    def check(self, cfg: Any, origin: Any) -> None:
+    def check(self, cfg: SelectorConfig, origin: Origin) -> None:
         from selector.errors import ConfigError
         from selector.engines.served.process import render_command
 
@@ -71,7 +75,7 @@ class CommandEngine(Engine):
         except ConfigError as e:
             raise origin.error("engine.server_command", e.problem) from None
 
-    def unavailable(self, cfg: Any) -> str | None:
+    def unavailable(self, cfg: SelectorConfig) -> str | None:
         return unservable(cfg)
 
     def start(self, ctx: StartContext) -> ServedRunning:

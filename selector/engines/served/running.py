@@ -16,18 +16,23 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from selector.engines.spec import Batching, EngineInfo, Range, Running, StartContext, TopLogprobs
+from selector.config import EngineConfig
+from selector.generation import Evaluator, Generation, GenerationRequest, Loglikelihood, LoglikelihoodRequest, Progress
+from selector.engines.spec import Batching, Channel, EngineInfo, Range, Running, StartContext, TopLogprobs
 from selector.errors import ConfigError, UnavailableError
+
+if TYPE_CHECKING:
+    from selector.records import MemoryResult
 
 log = logging.getLogger("selector.engines.served.running")
 
 
 @dataclass
-class ServerConfig:
+class ServerConfig(EngineConfig):
     """The client's side of every server engine."""
 
     kind: str = ""
@@ -136,6 +141,8 @@ class ServedRunning(Running):
     """One variant behind one or more servers (or an attached one). Subclasses add what their
     server says about itself (vLLM: its kernels, KV pool and usage)."""
 
+    start_s: float | None = None  # seconds from launching the servers to their being ready (started here)
+
     def __init__(self, name: str, client: Any, tokenizer: Any, servers: list[Any], *, quant: Any = None,
                  checkpoint: str | None = None, dtype: str = "bfloat16", token_ids: bool = False,
                  max_logprobs: int | None = None, planned_weights: int = 0) -> None:
@@ -149,23 +156,23 @@ class ServedRunning(Running):
         self.footprint.start()  # from ready on: what serving it holds
 
     # ---- evaluation -----------------------------------------------------------------------------
-    def generate(self, requests, progress=None):  # type: ignore[no-untyped-def]
+    def generate(self, requests: list[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
         return self.client.generate(requests, progress)
 
-    def loglikelihood(self, requests, progress=None):  # type: ignore[no-untyped-def]
+    def loglikelihood(self, requests: list[LoglikelihoodRequest],
+                      progress: Progress | None = None) -> list[Loglikelihood]:
         return self.client.loglikelihood(requests, progress)
 
     def render(self, prompt: Any) -> str:
         return self.client.render(prompt)
 
-    def rebatched(self, batch_size: int) -> Any:
+    def rebatched(self, batch_size: int) -> Evaluator:
         return self.client.with_concurrency(batch_size)
 
     # ---- timed requests -----------------------------------------------------------------------
     @asynccontextmanager
-    async def session(self, batching: Batching) -> AsyncIterator[Any]:
+    async def session(self, batching: Batching) -> AsyncIterator[Channel]:
         """Streamed requests over one HTTP client; the server batches them as it was started to."""
-        from selector.engines.spec import Channel
         from selector.engines.conversations import Conversations
         from selector.resources.utilization import UtilizationMonitor, own_process, process_cpu_seconds
         from selector.engines.served import metrics as prometheus
@@ -211,7 +218,7 @@ class ServedRunning(Running):
 
         return checkpoint_weight_bytes(self.checkpoint, self.dtype) if self.checkpoint else None
 
-    def memory(self) -> Any:
+    def memory(self) -> MemoryResult:
         from selector.precisions.base import dir_bytes
 
         artifact = self.quant.artifact_bytes if self.quant and self.quant.artifact_bytes else None

@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selector.engines.served.running import (
     PREFIX_CACHE_RANGE,
@@ -24,6 +24,10 @@ from selector.engines.served.running import (
     tokenizer_of,
 )
 from selector.engines.spec import Engine, Knob, Range, StartContext
+
+if TYPE_CHECKING:
+    from selector.config import SelectorConfig
+    from selector.origin import Origin
 
 log = logging.getLogger("selector.engines.vllm.engine")
 
@@ -68,7 +72,7 @@ GB = 10**9
 CPU_RUNTIME_BYTES = {"compiled": int(2.6 * GB), "eager": int(2.0 * GB)}
 
 
-class VllmEngine(Engine):
+class VllmEngine(Engine[VllmEngineConfig]):
     kind = "vllm"
     label = "vllm"
     Config = VllmEngineConfig
@@ -123,7 +127,7 @@ class VllmEngine(Engine):
         mode = "eager" if self.config.vllm.enforce_eager else "compiled"
         return CPU_RUNTIME_BYTES[mode] * self.config.vllm.instances
 
-    def check(self, cfg: Any, origin: Any) -> None:
+    def check(self, cfg: SelectorConfig, origin: Origin) -> None:
         from selector.engines.vllm import launch as vllm
 
         vllm.check_harness_flags(self.config.vllm)
@@ -131,7 +135,7 @@ class VllmEngine(Engine):
         vllm.check_args(self.config.vllm, python)  # a flag this vLLM does not have
         vllm.placements(cfg.threads, self.config.vllm.instances)  # more instances than cores
 
-    def unavailable(self, cfg: Any) -> str | None:
+    def unavailable(self, cfg: SelectorConfig) -> str | None:
         from selector.engines.vllm.launch import not_servable
 
         return not_servable(cfg.precision)
@@ -175,7 +179,8 @@ class VllmEngine(Engine):
 class VllmRunning(ServedRunning):
     def __init__(self, config: VllmEngineConfig, client: Any, tokenizer: Any, servers: list[Any], *, quant: Any,
                  checkpoint: str, dtype: str, start_s: float) -> None:
-        self.config, self.start_s = config, start_s
+        self.config = config
+        self.start_s: float = start_s
         super().__init__("vllm", client, tokenizer, servers, quant=quant, checkpoint=checkpoint, dtype=dtype,
                          token_ids=True, max_logprobs=MAX_LOGPROBS)
 

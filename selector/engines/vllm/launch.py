@@ -17,10 +17,13 @@ import subprocess
 from pathlib import Path
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selector.config import PrecisionConfig
 from selector.errors import ConfigError
+
+if TYPE_CHECKING:
+    from selector.records import ServingInfo
 
 # The checkout this package runs from: `make vllm` puts the environment next to it.
 CHECKOUT = Path(__file__).resolve().parents[3]  # selector/engines/vllm/launch.py -> the checkout
@@ -205,7 +208,7 @@ KERNEL_LINE = re.compile(r"(?:Using|Selected) (\w+Kernel) for ([A-Z]\w+)")
 QUANT_LINE = re.compile(r"quantization=([\w-]+)")  # in "Initializing a V1 LLM engine ... with config: ..."
 
 
-def served_kernel(log_path: Path) -> dict[str, object]:
+def served_kernel(log_path: Path) -> dict[str, Any]:
     """What vLLM's log says about the weights it serves: quantization method, linear kernel, and
     whether they stayed packed (a kernel that reads the packed int weights) or were not quantized."""
     try:
@@ -225,7 +228,7 @@ def served_kernel(log_path: Path) -> dict[str, object]:
 VERSION_LINE = re.compile(r"LLM engine \(v([\w.+-]+)\)")  # "Initializing a V1 LLM engine (v0.32.0) with config"
 
 
-def serving_info(servers, start_s: float):  # type: ignore[no-untyped-def]
+def serving_info(servers: list[Any], start_s: float) -> ServingInfo:
     """The record's account of the vLLM servers (one per instance) that just became ready; the
     command, version and kernels are the first one's (every instance runs the same)."""
     from selector.records import ServingInfo
