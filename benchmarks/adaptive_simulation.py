@@ -43,7 +43,8 @@ from benchmarks.sibling_rule import (
     MARGINS, SIBLING_KEYS, STORED_GRIDS, baseline_shortfall, readme_grid, siblings_summary, stress_ladders,
     tally_no_fidelity, tally_siblings,
 )
-from selector.search.driver import Candidate, Outcome, SearchDriver, Shortfall
+from selector.search.candidates import Candidate, Outcome, Shortfall
+from selector.search.driver import SearchDriver
 from selector.search.sequential import FloorTest, TaskSpec, floor_tests
 from selector.search.thresholds import EPS
 from selector.stats import clopper_pearson_interval, mean_interval, wilson_interval

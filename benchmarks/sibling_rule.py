@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from selector.search.driver import Shortfall
+from selector.search.candidates import Shortfall
 
 # The README's "What the default sweep measured": accuracy per task (%), quantization time (s), per
 # commit it was measured at (benchmarks/grid_table.py reads a grid's report into this form).
