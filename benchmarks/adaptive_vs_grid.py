@@ -87,7 +87,8 @@ def reselect(sweep: Path, overrides: list[str], log: Path) -> str | None:
 def waves(grid: dict[str, Any], adaptive: dict[str, Any], workers: int) -> dict[str, float]:
     """The adaptive search replayed with `workers` at once over the grid's recorded costs: waves
     in the search's order; a variant the adaptive run stopped costs what it cost there."""
-    from selector.search.driver import Candidate, Outcome, SearchDriver
+    from selector.search.candidates import Candidate, Outcome
+    from selector.search.driver import SearchDriver
 
     state = json.loads((Path(adaptive["sweep_dir"]) / "sweep.json").read_text())
     planned = {v["name"]: v for v in state["variants"]}

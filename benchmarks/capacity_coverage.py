@@ -56,8 +56,10 @@ import numpy as np
 import selector.measure.capacity as capacity_module
 from selector.config import LoadConfig
 from selector.trace import RequestTrace
-from selector.measure.capacity import (Axis, ProbeAt, crossing, judge, percentile_limits, requests_per_step,
-                                       search_capacity)
+from selector.measure.capacity import ProbeAt, search_capacity
+from selector.measure.capacity_axis import Axis, requests_per_step
+from selector.measure.capacity_fit import crossing
+from selector.measure.capacity_judge import judge, percentile_limits
 from selector.measure.load_driver import LevelOutcome, poisson_arrivals, summarize_level
 from selector.measure.saturation import SaturationWatch, first_saturation
 
@@ -485,10 +487,16 @@ def saturation(server: Server, cfg: LoadConfig, rate: float, probes: int) -> dic
 
 # ---- the run ----------------------------------------------------------------------------------
 def search_code() -> dict[str, Any]:
-    """Which capacity search ran: the git blob id of the capacity module as imported."""
-    source = Path(capacity_module.__file__).read_bytes()
-    blob = hashlib.sha1(b"blob %d\0" % len(source) + source).hexdigest()
-    return {"capacity_py_blob": blob, "steady_state_probes": ProbeLength is not None}
+    """Which capacity search ran: the git blob id of the capacity module as imported, and of the modules
+    split out of it (capacity_judge, capacity_axis, capacity_fit) where they exist."""
+    def blob(path: Path) -> str:
+        source = path.read_bytes()
+        return hashlib.sha1(b"blob %d\0" % len(source) + source).hexdigest()
+
+    module = Path(capacity_module.__file__)
+    parts = {f"{name}.py": blob(module.with_name(f"{name}.py")) for name in ("capacity_judge", "capacity_axis", "capacity_fit")
+             if module.with_name(f"{name}.py").exists()}
+    return {"capacity_py_blob": blob(module), "capacity_parts_blobs": parts, "steady_state_probes": ProbeLength is not None}
 
 
 def cached_truths(path: str | None) -> dict[str, dict[str, Any]]:

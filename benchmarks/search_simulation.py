@@ -12,7 +12,8 @@ from functools import lru_cache
 import numpy as np
 
 from selector.search import bounds
-from selector.search.driver import Candidate, Outcome, SearchDriver, Shortfall
+from selector.search.candidates import Candidate, Outcome, Shortfall
+from selector.search.driver import SearchDriver
 from selector.search.sequential import FloorTest, TaskSpec, floor_tests
 from selector.search.thresholds import EPS
 from selector.stats import clopper_pearson_interval, mean_interval, wilson_interval

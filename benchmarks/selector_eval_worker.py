@@ -23,11 +23,11 @@ def main(spec_path: str, out_path: str) -> None:
     torch.set_num_threads(spec["threads"])
     from benchmarks.common import compose, load_selector_model
     from benchmarks.vs_lm_eval import run_selector
-    from selector.engines.inprocess.evaluator import HFEngine
+    from selector.engines.inprocess.evaluator import TransformersEvaluator
 
     cfg = compose(spec["model"], spec["precision"])
     _, loaded, load_s = load_selector_model(cfg)
-    engine = HFEngine(loaded.model, loaded.tokenizer, spec["batch_size"], cfg.engine.max_batch_tokens)
+    engine = TransformersEvaluator(loaded.model, loaded.tokenizer, spec["batch_size"], cfg.engine.max_batch_tokens)
     result = run_selector(engine, cfg, Path(spec["evalset"]), spec["tasks"], spec["limit"])
     result.update({"load_s": load_s, "torch_threads": torch.get_num_threads(),
                    "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})

@@ -79,7 +79,8 @@ def _record(name: str, samples: dict[str, dict[str, SampleRecord]], params: floa
 
 def _driver(names: list[str], planned: dict[str, float], params: dict[str, float], pol: PolicyConfig) -> Any:
     """The driver as the sweep builds it (selector.sweep.lifecycle), on this checkout."""
-    from selector.search.driver import Candidate, SearchDriver
+    from selector.search.candidates import Candidate
+    from selector.search.driver import SearchDriver
 
     cands = [Candidate(n, planned[n], n.split("/")[0], is_baseline=n.endswith("/bf16")) for n in names]
     if pol.winner_control != "fixed_sequence":

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import torch
 
-    from selector.engines.inprocess.evaluator import HFEngine
+    from selector.engines.inprocess.evaluator import TransformersEvaluator
     from selector.tasks import load_evalset
     from selector.tasks.lmeval.export import export_task
     from selector.tasks.prompts import resolve_style
@@ -211,13 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     # Untimed, in this process: what the tables explain (mismatches, noise floor, profile).
     say(f"loading {cfg.model.name} ({args.precision}) to explain the results ...")
     _, loaded, _ = load_selector_model(cfg)
-    engine = HFEngine(loaded.model, loaded.tokenizer, args.batch_size, cfg.engine.max_batch_tokens)
+    engine = TransformersEvaluator(loaded.model, loaded.tokenizer, args.batch_size, cfg.engine.max_batch_tokens)
     load_s = median([r["load_s"] for r in sel_runs])
     profile = profile_selector(engine, cfg, args.evalset, names, args.limit, out_dir, stem) if args.profile else None
     noise_floor = None
     if args.noise_floor:
         say("noise floor: selector at batch size 1 ...")
-        single = HFEngine(loaded.model, loaded.tokenizer, 1, cfg.engine.max_batch_tokens)
+        single = TransformersEvaluator(loaded.model, loaded.tokenizer, 1, cfg.engine.max_batch_tokens)
         alone = run_selector(single, cfg, args.evalset, names, args.limit)
         noise_floor = {name: {"n": len(v["items"]), "same_prediction": sum(
             a["prediction"] == b["prediction"] for a, b in zip(v["items"], sel_runs[0]["tasks"][name]["items"]))}

@@ -31,6 +31,9 @@ The method (docs/load-testing.md, "Capacity at the SLO"):
 
 The search only calls `probe(level, run)`: whatever drives the load test (the in-process
 scheduler, a server over HTTP) drives the search, so it is engine-agnostic.
+
+Here: the search and its result. A probe is judged in capacity_judge, the levels are walked in
+capacity_axis's Axis, and the runs' margins become a capacity in capacity_fit.
 """
 
 from __future__ import annotations
@@ -38,33 +41,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import isotonic_regression
-from scipy.stats import t as student_t
 
 from selector.config import LoadConfig
-from selector.trace import RequestTrace
 from selector.errors import ConfigError
 from selector.measure.load_driver import LevelOutcome, parse_slo_key
-from selector.measure.steady import judged, rise
+from selector.measure.capacity_axis import Axis, requests_per_step
+from selector.measure.capacity_fit import combine, completed_at_most, crossing, interval
+from selector.measure.capacity_judge import FLOOR, judge, percentile_limits
+from selector.measure.steady import judged
 from selector.records import CapacityConfirmation, CapacityResult, CapacityStep
 
 ProbeAt = Callable[[float, int], Awaitable[LevelOutcome]]  # (level, run) -> that probe, measured
 RunFor = Callable[[float, float], Awaitable[LevelOutcome]]  # (rate, seconds) -> an open-loop run, measured
 RUN_PROBES = 4  # probes a repeat run may spend finding its crossing
-FLOOR = -10.0  # a margin of -inf (no request carried a limited figure) is fitted as this: "far under"
-
-
-def percentile_limits(slo: dict[str, float]) -> dict[str, tuple[str, float, float]]:
-    """slo key -> (figure, percentile, limit ms) for the keys that are percentiles."""
-    out = {}
-    for key, limit in slo.items():
-        metric, q = parse_slo_key(key)
-        if q is not None:
-            out[key] = (metric, q, float(limit))
-    return out
 
 
 def check_capacity(cfg: LoadConfig) -> None:
@@ -80,91 +71,6 @@ def check_capacity(cfg: LoadConfig) -> None:
                           problem=f"a probe's judged window ({cfg.capacity_probe_s:g} s) is shorter than the warm-up "
                                   f"before it (capacity_warmup_s={cfg.capacity_warmup_s:g} s): most of what it sends "
                                   "would not be judged; lengthen capacity_probe_s or shorten capacity_warmup_s")
-
-
-def searched_axes(cfg: LoadConfig) -> list[str]:
-    """"rate", "concurrency" or both, in that order (measure.load.capacity_on)."""
-    return ["rate", "concurrency"] if cfg.capacity_on == "both" else [cfg.capacity_on]
-
-
-def requests_per_step(cfg: LoadConfig) -> int:
-    """The fewest requests a probe's judged window holds (capacity_probe_requests)."""
-    return cfg.capacity_probe_requests
-
-
-def figure(trace: RequestTrace, metric: str) -> float | None:
-    """A request's value of a figure; the inter-token figure per request is its mean gap (the
-    gaps inside one request are not independent samples)."""
-    if not trace.ok:
-        return math.inf
-    return {"ttft_ms": trace.ttft_ms, "itl_ms": trace.itl_mean_ms, "e2e_ms": trace.e2e_ms,
-            "queue_ms": trace.queue_ms}[metric]
-
-
-def judge(traces: Sequence[RequestTrace], limits: dict[str, tuple[str, float, float]], warmup_s: float = 0.0
-          ) -> tuple[float, dict[str, dict[str, float | None]]]:
-    """A probe's margin and, per limit, its estimate, rise and limit, over the requests sent after
-    the warm-up (selector.measure.steady). The margin is log((estimate + rise) / limit) of the limit
-    it misses most: the window's percentile plus what that figure gained across the window (a
-    growing backlog); -inf when no request carried any limited figure, +inf when the percentile fell
-    on a failed request, or when the probe ended before its window held any request (cut off as
-    over-saturated during its warm-up). A figure no request carried (queue time from a server that
-    hides it) is not held against the probe."""
-    window = judged(traces, warmup_s)
-    if traces and not window:
-        return math.inf, {key: {"estimate": None, "rise": None, "limit": limit}
-                          for key, (_, _, limit) in limits.items()}
-    margin, checks = -math.inf, {}
-    for key, (metric, q, limit) in limits.items():
-        pairs = [(t.sent, v) for t in window if (v := figure(t, metric)) is not None]
-        if not pairs:
-            checks[key] = {"estimate": None, "rise": None, "limit": limit}
-            continue
-        estimate = float(np.percentile([v for _, v in pairs], q, method="inverted_cdf"))
-        grew = rise([s for s, _ in pairs], [v for _, v in pairs])
-        checks[key] = {"estimate": estimate if math.isfinite(estimate) else None, "rise": grew, "limit": limit}
-        margin = max(margin, math.log(max(estimate + grew, 1e-9) / limit) if math.isfinite(estimate) else math.inf)
-    return margin, checks
-
-
-@dataclass(frozen=True)
-class Axis:
-    """What is searched: a rate (any positive number) or a concurrency (whole numbers from 1)."""
-
-    on: str
-    start: float
-    minimum: float
-    tolerance: float
-    maximum: float = math.inf  # a concurrency above a probe's request count is the same burst
-
-    @classmethod
-    def of(cls, cfg: LoadConfig, on: str) -> Axis:
-        if on == "concurrency":  # more in flight than a window judges is no longer a steady state
-            return cls(on, float(cfg.capacity_start_concurrency), 1.0, cfg.capacity_tolerance,
-                       float(requests_per_step(cfg)))
-        return cls(on, max(cfg.capacity_start_rps, cfg.capacity_min_rps), cfg.capacity_min_rps, cfg.capacity_tolerance)
-
-    @property
-    def whole(self) -> bool:
-        return self.on == "concurrency"
-
-    def snap(self, x: float) -> float:
-        return min(self.maximum, max(self.minimum, float(round(x)) if self.whole else x))
-
-    def mid(self, low: float, high: float) -> float:
-        return float((low + high) // 2) if self.whole else (low + high) / 2
-
-    def narrow(self, low: float, high: float) -> bool:
-        """Bisection may stop: within the tolerance of its low end (a concurrency: or one apart)."""
-        return high - low <= max(1.0 if self.whole else 0.0, self.tolerance * low)
-
-    def away(self, centre: float, k: int, up: bool) -> float:
-        """The k-th level (from 0) a repeat run tries on its way from `centre` to its crossing."""
-        factor = (1 + 2 * self.tolerance) ** (2**k)
-        if self.whole:
-            step = max(2**k, round(centre * (factor - 1)))
-            return self.snap(centre + step if up else centre - step)
-        return self.snap(centre * factor if up else centre / factor)
 
 
 async def search_capacity(probe: ProbeAt, cfg: LoadConfig, on: str = "rate") -> CapacityResult:
@@ -273,78 +179,6 @@ async def _repeat(passes: Callable[[float, int], Awaitable[bool]], axis: Axis, c
 
 def _points(steps: Sequence[CapacityStep], run: int) -> list[tuple[float, float]]:
     return [(s.at, math.inf if s.margin is None else s.margin) for s in steps if s.repeat == run]
-
-
-def monotone(levels: Sequence[float], margins: Sequence[float], weights: Sequence[float] | None = None
-             ) -> np.ndarray:
-    """Margins made non-decreasing in the level (isotonic regression). An infinite margin (a probe
-    cut off) pools every level above it into itself, as pooling adjacent violators does with +inf:
-    those levels fit +inf and the finite levels below are fitted alone, so no constant standing in
-    for infinity moves the fit."""
-    y = np.maximum(np.asarray(margins, dtype=float), FLOOR)
-    w = np.ones_like(y) if weights is None else np.asarray(weights, dtype=float)
-    order = np.argsort(levels, kind="stable")
-    ys, ws = y[order], w[order]
-    infinite = np.flatnonzero(np.isinf(ys))
-    cut = int(infinite[0]) if infinite.size else len(ys)
-    fitted = np.full_like(ys, np.inf)
-    if cut:
-        fitted[:cut] = isotonic_regression(ys[:cut], weights=ws[:cut]).x
-    fit = np.empty_like(y)
-    fit[order] = fitted
-    return fit
-
-
-def crossing(points: Sequence[tuple[float, float]], axis: Axis) -> float:
-    """Where one run's monotone fit of margin against level crosses 0: interpolated linearly in
-    (log level, margin) between the two probes around it (their geometric mean when the upper
-    one's margin is infinite); the lowest level when even that failed, the highest when none did."""
-    by_level: dict[float, list[float]] = {}
-    for level, margin in points:
-        by_level.setdefault(level, []).append(max(margin, FLOOR))
-    levels = sorted(by_level)
-    fit = monotone(levels, [float(np.mean(by_level[x])) for x in levels], [len(by_level[x]) for x in levels])
-    above = [i for i, m in enumerate(fit) if m > 0]
-    if not above:
-        return levels[-1]
-    i = above[0]
-    if i == 0:
-        return levels[0]
-    lo, hi, m0, m1 = levels[i - 1], levels[i], fit[i - 1], fit[i]
-    if math.isinf(m1):
-        return math.sqrt(lo * hi)
-    share = (0.0 - m0) / (m1 - m0)
-    return math.exp(math.log(lo) + share * (math.log(hi) - math.log(lo)))
-
-
-def interval(runs: Sequence[float], confidence: float) -> tuple[float, float | None, float | None]:
-    """(geometric mean, low, high): Student's t on the logs of the runs' crossings; no interval from one run."""
-    logs = np.log(np.asarray(runs, dtype=float))
-    centre = float(logs.mean())
-    if len(logs) < 2:
-        return math.exp(centre), None, None
-    half = float(student_t.ppf(0.5 + confidence / 2, len(logs) - 1)) * float(logs.std(ddof=1)) / math.sqrt(len(logs))
-    return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
-
-
-def combine(steps: Sequence[CapacityStep]) -> dict[float, bool]:
-    """Every run's probes of a level, combined: level -> within the SLO, from the mean margin per
-    level made monotone over the levels (weighted by its probes). Also sets each step's within_fit."""
-    by_level: dict[float, list[float]] = {}
-    for s in steps:
-        by_level.setdefault(s.at, []).append(math.inf if s.margin is None else s.margin)
-    levels = sorted(by_level)
-    fit = monotone(levels, [float(np.mean(by_level[x])) for x in levels], [len(by_level[x]) for x in levels])
-    within = {x: bool(m <= 0) for x, m in zip(levels, fit)}
-    for s in steps:
-        s.within_fit = within[s.at]
-    return within
-
-
-def completed_at_most(steps: Sequence[CapacityStep]) -> float:
-    """The most requests per second any probe saw the server complete (first send to last finish):
-    a rate above it is one the server was never seen to sustain."""
-    return max((s.level.request_throughput for s in steps), default=math.inf) or math.inf
 
 
 def _served_at(steps: Sequence[CapacityStep], level: float) -> float:

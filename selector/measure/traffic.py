@@ -177,7 +177,8 @@ async def capacity(probe: Probe, requests: Sequence[GenerationRequest],
     selector.measure.steady, its requests cycled from `requests` and salted afresh. A probe may run
     past max_duration_s by its own span; run k's arrivals have the seed seed + k; an over-saturated
     rate probe ends early (capacity_stop_saturated)."""
-    from selector.measure.capacity import check_capacity, confirm, search_capacity, searched_axes
+    from selector.measure.capacity import check_capacity, confirm, search_capacity
+    from selector.measure.capacity_axis import searched_axes
     from selector.measure.saturation import SaturationWatch
     from selector.measure.steady import ProbeLength
 

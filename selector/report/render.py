@@ -17,7 +17,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from selector.report import samples as sample_outputs
-from selector.report import answers_view, compare_view, load_view, sections, view
+from selector.report import answers_view, compare_view, load_view, search_view, sections, statistics_view, view
 from selector.report.plots import Plot, accuracy_by_task, accuracy_vs_latency, accuracy_vs_memory
 from selector.report.plots_load import capacity_curve, latency_vs_concurrency, settings_tradeoff, throughput_vs_latency
 from selector.records import SCHEMA_VERSION, RunRecord, SampleRecord
@@ -45,16 +45,16 @@ def build_view(records: list[RunRecord], selection: Selection, context: dict[str
         "meta": sections.meta(records, context),
         "summary": view.summary(records, selection),
         "variants": view.variant_table(records, selection),
-        "search": sections.search(records, context),
+        "search": search_view.search(records, context),
         "load": load_view.load_section(records, selection),
         "answers": answers_view.answers_section(records),  # shown in the load section
         "comparison": compare_view.section(context.get("comparison"), brief=True),
         "plots": all_plots(records, selection) if with_plots else [],
-        "paired": sections.paired_table(records, selection),
-        "sensitivity": sections.dict_table(selection.sensitivity),
-        "sample_size": sections.dict_table(selection.sample_size),
-        "power": sections.power_table(selection),
-        "noise": sections.noise_table(selection.noise_floor),
+        "paired": statistics_view.paired_table(records, selection),
+        "sensitivity": statistics_view.dict_table(selection.sensitivity),
+        "sample_size": statistics_view.dict_table(selection.sample_size),
+        "power": statistics_view.power_table(selection),
+        "noise": statistics_view.noise_table(selection.noise_floor),
         "agreement": sections.agreement_table(records),
         "serving": sections.serving_table(records),
         "examples": sample_outputs.examples(records, selection, samples),

@@ -148,13 +148,6 @@ def higher(a: PeakMemory | None, b: PeakMemory | None) -> PeakMemory | None:
                       cuda_reserved_bytes=top(a.cuda_reserved_bytes, b.cuda_reserved_bytes))
 
 
-def server_peak(processes: list[Any]) -> PeakMemory | None:
-    """A server's serving peak: the sum of its processes' resident high-water marks (they run side by
-    side, so the sum bounds what they held at once). None for a server that is not this machine's."""
-    total = sum(_status_kib("VmHWM", Path(f"/proc/{proc.pid}/status")) or 0 for proc in processes) * 1024
-    return PeakMemory(rss_bytes=total) if total else None
-
-
 def _cuda_peaks(device: str) -> tuple[int | None, int | None]:
     import torch
 

@@ -51,63 +51,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from selector.search.candidates import Candidate, Outcome, Shortfall, Wave
+from selector.search.order import baselines_before_siblings, search_order
+
 STATUSES = ("pending", "running", "eligible", "rejected", "stopped", "failed", "skipped", "pruned")
 FULL_SET = ("eligible", "rejected")  # outcomes that saw every item
 PRUNABLE_OBJECTIVES = ("weight_memory",)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    name: str
-    planned: float  # planned objective (weight bytes), known before anything loads
-    model: str
-    needs_quantization: bool = False
-    is_baseline: bool = False  # the model's baseline precision (bf16 of the same model)
-    available: bool = True
-
-
-@dataclass(frozen=True)
-class Shortfall:
-    """How far below a floor a candidate's full-set score on one task lies at best: the anytime bound
-    a stopped candidate was stopped with, or a rejected one's full-set score itself."""
-
-    task: str
-    bound: float  # at most this (at least, for a ceiling) on the full set
-    floor: float
-    higher_is_better: bool = True
-    anytime: bool = True  # False: the full set's score, no bound
-
-    @property
-    def gap(self) -> float:
-        """What the full set would have to gain to reach the floor (a fraction: 0.3 = 30 points)."""
-        return self.floor - self.bound if self.higher_is_better else self.bound - self.floor
-
-
-@dataclass(frozen=True)
-class Outcome:
-    status: str  # eligible | rejected | stopped | failed | skipped
-    reason: str = ""
-    measured: float | None = None  # measured objective; required for eligible
-    items: int | None = None  # items evaluated, when the runner reports them
-    in_sequence: bool = True  # False: it fails a measured budget or limit, so the fixed sequence leaves it out
-    shortfall: Shortfall | None = None  # its largest gap to a floor (stopped or rejected), for the sibling rule
-
-    def __post_init__(self) -> None:
-        if self.status not in ("eligible", "rejected", "stopped", "failed", "skipped"):
-            raise ValueError(f"unknown outcome {self.status!r}")
-        if self.status == "eligible" and self.measured is None:
-            raise ValueError("an eligible outcome needs its measured objective")
-
-
-@dataclass(frozen=True)
-class Wave:
-    kind: str  # first | search | evidence
-    names: tuple[str, ...]
-
-    @property
-    def full(self) -> bool:
-        """Evaluate every item, no early stopping (the reference, and evidence for the report)."""
-        return self.kind != "search"
 
 
 @dataclass
@@ -345,30 +294,3 @@ class SearchDriver:
 def _gb(n_bytes: float | None) -> str:
     """Weight memory (the prunable objective) as people read it."""
     return "?" if n_bytes is None else f"{n_bytes / 1e9:.3g} GB"
-
-
-def search_order(candidates: Iterable[Candidate], tie_tolerance: float) -> list[Candidate]:
-    """Smallest planned objective first; within a group of equal size (within tie_tolerance of the
-    group's smallest), unquantized before quantized, then size, then name."""
-    by_size = sorted(candidates, key=lambda c: (c.planned, c.name))
-    out: list[Candidate] = []
-    i = 0
-    while i < len(by_size):
-        j, anchor = i, by_size[i].planned
-        while j < len(by_size) and by_size[j].planned <= anchor * (1 + tie_tolerance):
-            j += 1
-        out += sorted(by_size[i:j], key=lambda c: (c.needs_quantization, c.planned, c.name))
-        i = j
-    return out
-
-
-def baselines_before_siblings(ordered: list[Candidate]) -> list[Candidate]:
-    """`ordered` with each available baseline moved to just before its model's first other
-    available candidate (when it was later than that)."""
-    out = list(ordered)
-    for base in [c for c in ordered if c.is_baseline and c.available]:
-        siblings = [i for i, c in enumerate(out) if c.model == base.model and c is not base and c.available]
-        if siblings and out.index(base) > siblings[0]:
-            out.remove(base)
-            out.insert(siblings[0], base)
-    return out

@@ -79,7 +79,7 @@ def print_summary(cfg: SelectorConfig, state: SweepState, records: list[RunRecor
                   paths: dict[str, Path], saved: dict[str, float] | None) -> None:
     """The console's end of the sweep: the verdicts, what the search saved, where the report is."""
     from selector.report import print_terminal_summary
-    from selector.report.sections import wave_lines
+    from selector.report.search_view import wave_lines
     from selector.sweep.searched import summary_line
     from selector.trackers import make_tracker
 

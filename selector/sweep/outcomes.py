@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from selector.search.driver import Candidate, Outcome, Shortfall
+from selector.search.candidates import Candidate, Outcome, Shortfall
 from selector.records import RunRecord
 from selector.sweep.state import PlannedEntry
 

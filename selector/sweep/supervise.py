@@ -32,11 +32,6 @@ LOG_TAIL_LINES = 200  # a native crash prints a long module list after the usefu
 FAILURE_TAIL_LINES = 25  # shown on the console when a variant fails (all of them are in its record)
 
 
-def record_store(cfg: SelectorConfig) -> Path:
-    """Completed records by variant key: resume works without a tracker too."""
-    return Path(cfg.output_dir) / "records"
-
-
 def run_variant(cfg: SelectorConfig, key: str, job_dir: Path, extra_config: dict[str, Any],
                 is_reference: bool = False, baseline: dict[str, Any] | None = None,
                 reference_key: str | None = None) -> RunRecord:

@@ -19,7 +19,7 @@ import pytest
 from selector.config import LatencyConfig, ThroughputConfig
 from selector.generation import GenerationRequest
 from selector.engines.inprocess.fast import BUCKET, CompileError, FastPath, bucket, compile_setting
-from selector.engines.inprocess.evaluator import HFEngine
+from selector.engines.inprocess.evaluator import TransformersEvaluator
 from selector.errors import ConfigError
 from selector.measure.latency import measure_latency, measure_throughput
 from tests.factories import inprocess
@@ -56,8 +56,8 @@ def test_auto_leaves_cpu_on_the_plain_path(tiny_model_dir: Path) -> None:
 
 def test_greedy_generations_are_identical_with_compile_on_and_off(tiny_model_dir: Path) -> None:
     model, tok = load(tiny_model_dir)
-    plain = HFEngine(model, tok, batch_size=3, min_shared_prefix=0, compile="off")
-    fast = HFEngine(model, tok, batch_size=3, min_shared_prefix=0, compile="on")
+    plain = TransformersEvaluator(model, tok, batch_size=3, min_shared_prefix=0, compile="off")
+    fast = TransformersEvaluator(model, tok, batch_size=3, min_shared_prefix=0, compile="on")
     prompts = [FEWSHOT + [{"role": "user", "content": q}] for q in QUESTIONS] + ["What is 12 plus 30? The answer is"]
     free = [GenerationRequest(prompt=p, max_new_tokens=10) for p in prompts]
     base = plain.generate(free)
@@ -82,7 +82,7 @@ def test_greedy_generations_are_identical_with_compile_on_and_off(tiny_model_dir
     assert fast.fast._warm == {(3, BUCKET), (2, BUCKET)}  # batches of 3 and 2 rows: one shape each
 
     # With a shared prefix, batches keep the prefix's dynamic cache: still the same answers.
-    shared = HFEngine(model, tok, batch_size=3, min_shared_prefix=4, compile="on")
+    shared = TransformersEvaluator(model, tok, batch_size=3, min_shared_prefix=4, compile="on")
     assert [g.text for g in shared.generate(stopping[:4])] == [g.text for g in want[:4]]
 
 

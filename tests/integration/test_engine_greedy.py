@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from selector.engines.inprocess.greedy import greedy_generate
-from selector.engines.inprocess.evaluator import HFEngine, StopOnStrings
+from selector.engines.inprocess.evaluator import TransformersEvaluator, StopOnStrings
 
 pytestmark = pytest.mark.fast  # make test-fast: the in-process engine on the tiny model
 
@@ -40,7 +40,7 @@ def _reference(model, tok, ids, mask, max_new, stops):  # type: ignore[no-untype
 def test_same_tokens_as_generate_while_rows_finish_at_different_steps(tiny, stops) -> None:  # type: ignore[no-untyped-def]
     model, tok = tiny
     batch = tok(PROMPTS, return_tensors="pt", padding=True)
-    engine = HFEngine(model, tok)
+    engine = TransformersEvaluator(model, tok)
     ours = greedy_generate(model, batch["input_ids"], batch["attention_mask"], 24, engine.eos_ids,
                            engine._stop_check(stops))
     theirs = _reference(model, tok, batch["input_ids"], batch["attention_mask"], 24, stops)
@@ -59,9 +59,9 @@ def test_the_engine_gives_the_same_texts_with_a_shared_prefix(tiny) -> None:  # 
     model, tok = tiny
     shared = "Answer the question in a few words. " * 4
     requests = [GenerationRequest(prompt=shared + p, max_new_tokens=20, stop=["."]) for p in PROMPTS]
-    with_prefix = HFEngine(model, tok, batch_size=8).generate(requests)
-    without = HFEngine(model, tok, batch_size=8, min_shared_prefix=0).generate(requests)
-    one_by_one = HFEngine(model, tok, batch_size=1, min_shared_prefix=0).generate(requests)
+    with_prefix = TransformersEvaluator(model, tok, batch_size=8).generate(requests)
+    without = TransformersEvaluator(model, tok, batch_size=8, min_shared_prefix=0).generate(requests)
+    one_by_one = TransformersEvaluator(model, tok, batch_size=1, min_shared_prefix=0).generate(requests)
     assert [g.text for g in with_prefix] == [g.text for g in without] == [g.text for g in one_by_one]
 
 
@@ -74,7 +74,7 @@ def test_finished_rows_stop_costing_steps(tiny) -> None:  # type: ignore[no-unty
         rows_per_step.append(kwargs["input_ids"].shape[0])
         return model(**kwargs)
 
-    engine = HFEngine(model, tok)
+    engine = TransformersEvaluator(model, tok)
     out = greedy_generate(counting, batch["input_ids"], batch["attention_mask"], 24, engine.eos_ids,
                           engine._stop_check(["e"]))
     assert sum(rows_per_step[1:]) == sum(len(r) for r in out) - len(out)  # each decode step: only running rows

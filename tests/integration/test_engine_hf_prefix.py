@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from selector.generation import GenerationRequest, LoglikelihoodRequest
-from selector.engines.inprocess.evaluator import HFEngine, shared_prefix_length
+from selector.engines.inprocess.evaluator import TransformersEvaluator, shared_prefix_length
 
 pytestmark = pytest.mark.fast  # make test-fast
 
@@ -28,10 +28,11 @@ QUESTIONS = ["What is 12 plus 30?", "Bob bought 3 apples and 4 pears. How many f
              "Order 4521", "Alice lives in Paris and works at the museum on 2021-03-14. Where?"]
 
 
-def engines(model_dir: Path) -> tuple[HFEngine, HFEngine]:
+def engines(model_dir: Path) -> tuple[TransformersEvaluator, TransformersEvaluator]:
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
-    return HFEngine(model, tok, batch_size=3, min_shared_prefix=0), HFEngine(model, tok, batch_size=3, min_shared_prefix=4)
+    return (TransformersEvaluator(model, tok, batch_size=3, min_shared_prefix=0),
+            TransformersEvaluator(model, tok, batch_size=3, min_shared_prefix=4))
 
 
 def prompts() -> list:

@@ -150,9 +150,9 @@ def test_a_port_taken_before_the_server_binds_it_gets_another(tmp_path: Path, mo
         busy = taken.getsockname()[1]
         ports = iter([busy, free_port()])  # the first pick is taken by someone else by the time it binds
         monkeypatch.setattr(servers, "free_port", lambda: next(ports))
-        server = servers.start_on_free_port(
+        server = servers.start_servers(
             lambda port: [sys.executable, str(script), str(port), LOOPBACK, "plain", str(tmp_path / "child.pid")],
-            tmp_path / "server.log", 30, 5, env=dict(__import__("os").environ))
+            [tmp_path / "server.log"], [dict(__import__("os").environ)], 30, 5)[0]
         try:
             assert server.alive() and not server.root_url.endswith(f":{busy}")
         finally:

@@ -54,10 +54,10 @@ def served(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def test_greedy_generation_matches_the_in_process_engine(served: Any, tiny_dir: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selector.engines.inprocess.evaluator import HFEngine
+    from selector.engines.inprocess.evaluator import TransformersEvaluator
 
     tok = AutoTokenizer.from_pretrained(tiny_dir)
-    local = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_dir).eval(), tok)
+    local = TransformersEvaluator(AutoModelForCausalLM.from_pretrained(tiny_dir).eval(), tok)
     unstopped = [GenerationRequest(r.prompt, 8, []) for r in CHAT + PLAIN]
     done: list[int] = []
     remote = served.generate(unstopped, progress=done.append)

@@ -119,11 +119,11 @@ def fp32_reference(tiny: Path, cache: Path, probes: list[list[int]]) -> Referenc
 def outcome(tiny: Path, cache: Path, probes: list[list[int]], fp32_reference: Reference):  # type: ignore[no-untyped-def]
     @functools.cache
     def run(name: str) -> Outcome:
-        from selector.engines.inprocess.evaluator import HFEngine
+        from selector.engines.inprocess.evaluator import TransformersEvaluator
 
         loaded = load(tiny, name, cache)
         kl, agree = compare_all(fp32_reference, (TopLogprobs(lp) for lp in probe_logprobs(loaded.model, probes, PROBE_POSITIONS)))
-        engine = HFEngine(loaded.model, loaded.tokenizer, batch_size=2)
+        engine = TransformersEvaluator(loaded.model, loaded.tokenizer, batch_size=2)
         gen = engine.generate([GenerationRequest("Bob bought 3 apples and", 8), GenerationRequest("def add(a, b):", 8)])
         score = engine.loglikelihood([LoglikelihoodRequest("The food was great and the staff were", " lovely")])
         return Outcome(loaded, float(kl.mean()), float(agree.float().mean()), sum(g.output_tokens for g in gen),

@@ -55,9 +55,9 @@ def load_variant(cfg: SelectorConfig, tasks: list) -> LoadedModel:  # type: igno
 
 def sentiment_scores(loaded: LoadedModel, cfg: SelectorConfig, sentiment: list) -> dict[str, float]:  # type: ignore[type-arg]
     """Each sentiment item's score (0 or 1), by item id."""
-    from selector.engines.inprocess.evaluator import HFEngine
+    from selector.engines.inprocess.evaluator import TransformersEvaluator
 
-    _, samples = evaluate_task(HFEngine(loaded.model, loaded.tokenizer, 8), sentiment[0], cfg.model.name,
+    _, samples = evaluate_task(TransformersEvaluator(loaded.model, loaded.tokenizer, 8), sentiment[0], cfg.model.name,
                                cfg.model.prompt_style)
     return {s.id: s.score for s in samples}
 

@@ -15,7 +15,7 @@ import pytest
 
 from selector.config import LoadConfig
 from selector.generation import GenerationRequest
-from selector.engines.served.client import OpenAIEngine
+from selector.engines.served.client import OpenAIClient
 from selector.trace import RequestTrace
 from selector.engines.conversations import Conversations
 from selector.generation import ReplayRequest
@@ -28,13 +28,13 @@ from selector.measure.requests import (
 )
 
 
-def body(engine: OpenAIEngine, request: GenerationRequest) -> dict:
+def body(engine: OpenAIClient, request: GenerationRequest) -> dict:
     return engine._body(request, stream=True)[1]
 
 
 def test_the_salt_goes_in_the_body_only_when_set_and_the_engine_takes_salts() -> None:
-    vllm = OpenAIEngine("http://127.0.0.1:1/v1", "variant", extensions=True, cache_salt=True)
-    other = OpenAIEngine("http://127.0.0.1:1/v1", "variant")  # a server that may refuse the field
+    vllm = OpenAIClient("http://127.0.0.1:1/v1", "variant", extensions=True, cache_salt=True)
+    other = OpenAIClient("http://127.0.0.1:1/v1", "variant")  # a server that may refuse the field
     plain = GenerationRequest("The food was", 4, cache_salt="run-c1-0")
     chat = GenerationRequest([{"role": "user", "content": "12 plus 30?"}], 4, cache_salt="run-c1-1")
     assert body(vllm, plain)["cache_salt"] == "run-c1-0" and body(vllm, chat)["cache_salt"] == "run-c1-1"

@@ -19,18 +19,10 @@ from selector.config import LoadConfig
 from selector.generation import GenerationRequest
 from selector.trace import RequestTrace
 from selector.errors import ConfigError
-from selector.measure.capacity import (
-    Axis,
-    check_capacity,
-    combine,
-    completed_at_most,
-    crossing,
-    interval,
-    judge,
-    monotone,
-    percentile_limits,
-    requests_per_step,
-)
+from selector.measure.capacity import check_capacity
+from selector.measure.capacity_axis import Axis, requests_per_step
+from selector.measure.capacity_fit import combine, completed_at_most, crossing, interval, monotone
+from selector.measure.capacity_judge import judge, percentile_limits
 from selector.measure.steady import ProbeLength, rise
 from selector.engines.spec import Channel
 from selector.measure.load_driver import Probe, drive_level

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from selector.report import fmt, sections, view
+from selector.report import fmt, sections, statistics_view, view
 from tests.fixtures.sample_report import sample_sweep
 from selector.records import ErrorInfo, RunRecord
 from selector.verdicts import Check, Selection, Verdict
@@ -85,7 +85,7 @@ def test_caveats_follow_model_notes_and_device(notes: str, device: str, expect_g
 
 def test_paired_table_is_one_row_per_variant_and_absent_without_data() -> None:
     records, selection, _ = sample_sweep()
-    table = sections.paired_table(records, selection)
+    table = statistics_view.paired_table(records, selection)
     assert table is not None
     with_pairs = [v for v in selection.verdicts if v.paired]
     assert len(table.rows) == len(with_pairs) == 9
@@ -95,7 +95,7 @@ def test_paired_table_is_one_row_per_variant_and_absent_without_data() -> None:
     assert cell.text.startswith(f"{first.diff * 100:+.1f}".replace("-", "−"))
     assert f"{first.flips_to_wrong}↓ {first.flips_to_right}↑" in cell.sub
     bare = selection.model_copy(update={"verdicts": [v.model_copy(update={"paired": {}}) for v in selection.verdicts]})
-    assert sections.paired_table(records, bare) is None
+    assert statistics_view.paired_table(records, bare) is None
 
 
 def test_failures_list_failed_and_skipped_only() -> None:
@@ -206,7 +206,7 @@ def test_paired_table_flags_by_holm_over_the_whole_table() -> None:
     verdicts = [Verdict(variant="m/int8", status="eligible", paired={"a": d("a", 0.004), "b": d("b", 0.04)}),
                 Verdict(variant="m/int4", status="eligible", paired={"a": d("a", 0.5), "b": d("b", 0.9)})]
     selection = Selection(policy={}, winner=None, reference="m/bf16", summary="", verdicts=verdicts)
-    table = sections.paired_table(records, selection)
+    table = statistics_view.paired_table(records, selection)
     marked = {(row[0].text, table.columns[i]) for row in table.rows for i, c in enumerate(row) if "below" in c.kind}
     assert marked == {("m/int8", "a")}  # 0.004 x 4 = 0.016 < 0.05; 0.04 x 3 = 0.12 is not
     assert "Holm 0.016" in table.rows[0][1].sub and "Holm-adjusted" in table.note

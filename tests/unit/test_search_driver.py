@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from selector.search.driver import Candidate, Outcome, SearchDriver, search_order
+from selector.search.candidates import Candidate, Outcome
+from selector.search.driver import SearchDriver
+from selector.search.order import search_order
 
 GB = 1e9
 
@@ -178,7 +180,8 @@ def test_misuse_is_refused():
 
 
 def test_fixed_sequence_runs_largest_first_and_stops_below_a_failure():
-    from selector.search.driver import Candidate, Outcome, SearchDriver
+    from selector.search.candidates import Candidate, Outcome
+    from selector.search.driver import SearchDriver
 
     pool = [Candidate(n, size, n.split("/")[0]) for n, size in
             (("s/int4", 1.0), ("s/bf16", 2.0), ("m/int4", 3.0), ("m/bf16", 6.0), ("l/bf16", 12.0))]

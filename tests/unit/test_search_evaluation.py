@@ -147,7 +147,7 @@ def test_the_grid_estimate_scales_a_stopped_evaluation_and_prices_a_pruned_varia
 
 
 def test_the_item_order_seed_is_drawn_once_per_eval_set_and_folder_and_can_be_fixed(tmp_path: Path) -> None:
-    from selector.report.sections import order_seed_line
+    from selector.report.search_view import order_seed_line
     from selector.sweep import order_seed
 
     first, how = order_seed.resolve(None, 0, False, tmp_path, "hash-a")

@@ -10,7 +10,8 @@ from selector.compose import compose
 from selector.config import PolicyConfig
 from selector.errors import UserError
 from selector.records import SearchInfo
-from selector.search.driver import Candidate, Outcome, SearchDriver, Shortfall
+from selector.search.candidates import Candidate, Outcome, Shortfall
+from selector.search.driver import SearchDriver
 from selector.selection import select
 from selector.sweep.outcomes import outcome_of
 from tests.factories import GB, hits, run_record, task_result

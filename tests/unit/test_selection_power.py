@@ -150,15 +150,15 @@ def test_the_preflight_says_when_the_margin_cannot_be_met(caplog) -> None:
 
 
 def test_the_report_says_the_policys_confidence_and_flags_at_its_level() -> None:
-    from selector.report import sections, view
+    from selector.report import statistics_view, view
 
     ref = one(46, 48, model="big", precision="bf16", weight_gb=2)
     s = select([ref, one(30, 48)], PolicyConfig(floors={"t": 0.5}, confidence=0.9))
     assert view.ci_label(s) == "90% CI"
     assert "[90% CI]" in view.variant_table([ref, one(30, 48)], s).note
-    assert sections.flag_alpha(s) == pytest.approx(0.1)
-    assert "Holm-adjusted p < 0.1" in sections.paired_table([ref, one(30, 48)], s).note
-    table = sections.power_table(s)
+    assert statistics_view.flag_alpha(s) == pytest.approx(0.1)
+    assert "Holm-adjusted p < 0.1" in statistics_view.paired_table([ref, one(30, 48)], s).note
+    table = statistics_view.power_table(s)
     assert table is not None and table.rows[0][0].text == "t"
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from selector.config import PolicyConfig
 from selector.records import SearchInfo
-from selector.search.driver import Candidate, Outcome, SearchDriver
+from selector.search.candidates import Candidate, Outcome
+from selector.search.driver import SearchDriver
 from selector.selection import select
 from selector.selection.sequence import in_sequence, ladder, ladder_order
 from selector.sweep.outcomes import fixed_sequence, outcome_of

@@ -6,10 +6,10 @@ of its own; from then on the process serves it, and its resident high-water mark
 reserved peak) is the serving peak, except while fidelity's probe passes run (selector's own
 measurement, with prompts of up to 1024 tokens and the whole vocabulary's distributions).
 
-Evaluation batches through HFEngine (engines/inprocess/evaluator.py); every timed figure goes through `send`, a
-dynamic batching scheduler in front of the model (engines/inprocess/batching.py), as a server would take the
-requests: at concurrency 1 a batch of one, at a throughput batch size that many at once, under
-load the batching the measure config sets.
+Evaluation batches through TransformersEvaluator (engines/inprocess/evaluator.py); every timed figure
+goes through `send`, a dynamic batching scheduler in front of the model (engines/inprocess/batching.py),
+as a server would take the requests: at concurrency 1 a batch of one, at a throughput batch size that
+many at once, under load the batching the measure config sets.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from selector.engines.spec import Batching, Channel, Engine, EngineInfo, Knob, R
 from selector.trace import RequestTrace
 
 if TYPE_CHECKING:
-    from selector.engines.inprocess.evaluator import HFEngine
+    from selector.engines.inprocess.evaluator import TransformersEvaluator
     from selector.generation import Generation, Loglikelihood, LoglikelihoodRequest, Progress
     from selector.origin import Origin
     from selector.records import MemoryResult, PeakMemory
@@ -95,12 +95,12 @@ class InProcessRunning(Running):
 
     def __init__(self, config: HfEngineConfig, loaded: Any, resolved: Any = None, device: str = "cpu") -> None:
         """The engine around a model already loaded (LoadedModel); `load` loads one as a sweep does."""
-        from selector.engines.inprocess.evaluator import HFEngine
+        from selector.engines.inprocess.evaluator import TransformersEvaluator
         from selector.resources.memory import PhaseMeter
 
         self.config, self.loaded, self.resolved, self.device = config, loaded, resolved, device
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
-        self.hf = HFEngine(self.model, self.tokenizer, config.batch_size, config.max_batch_tokens,
+        self.hf = TransformersEvaluator(self.model, self.tokenizer, config.batch_size, config.max_batch_tokens,
                            compile=config.compile)
         # Prompts tokenized ahead of a timed run, by the prompt object's id (a salted copy of a
         # request shares its prompt), each kept with its prompt so that id is never reused.
@@ -143,10 +143,10 @@ class InProcessRunning(Running):
     def render(self, prompt: Any) -> str:
         return self.hf.render(prompt)
 
-    def rebatched(self, batch_size: int) -> HFEngine:
-        from selector.engines.inprocess.evaluator import HFEngine
+    def rebatched(self, batch_size: int) -> TransformersEvaluator:
+        from selector.engines.inprocess.evaluator import TransformersEvaluator
 
-        return HFEngine(self.model, self.tokenizer, batch_size, self.config.max_batch_tokens)
+        return TransformersEvaluator(self.model, self.tokenizer, batch_size, self.config.max_batch_tokens)
 
     # ---- timed requests -------------------------------------------------------------------------
     @asynccontextmanager

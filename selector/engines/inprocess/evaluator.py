@@ -1,4 +1,5 @@
-"""In-process transformers engine: batched greedy generation and log-likelihood scoring.
+"""In-process transformers evaluator (the in-process engine evaluates through it): batched greedy
+generation and log-likelihood scoring.
 
 Generation sorts requests by prompt length (longest first, so an out-of-memory shows up on the first
 batch), left-pads, stops each sequence at its own stop strings or end-of-turn token, and decodes only
@@ -92,7 +93,7 @@ def shared_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
     return max(n, 0)
 
 
-class HFEngine:
+class TransformersEvaluator:
     name = "hf"
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8, max_batch_tokens: int = 16384,

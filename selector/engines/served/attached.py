@@ -63,7 +63,7 @@ class AttachedEngine(Engine[AttachedEngineConfig]):
                                "(or start one per variant: engine=vllm, engine=openai-transformers)")
 
     def start(self, ctx: StartContext) -> ServedRunning:
-        from selector.engines.served.client import OpenAIEngine
+        from selector.engines.served.client import OpenAIClient
 
         config = self.config
         checkpoint = _cached_checkpoint(ctx)
@@ -71,7 +71,7 @@ class AttachedEngine(Engine[AttachedEngineConfig]):
                     checkpoint or ctx.cfg.model.name)
         key = api_key(config)
         tokenizer = tokenizer_of(checkpoint)
-        client = OpenAIEngine(config.base_url, config.served_model or _first_model(config.base_url, key), api_key=key,
+        client = OpenAIClient(config.base_url, config.served_model or _first_model(config.base_url, key), api_key=key,
                               chat=config.chat, concurrency=config.batch_size, timeout_s=config.request_timeout_s,
                               params=config.params, chat_renderer=chat_template(tokenizer),
                               cache_salt=config.prefix_cache == "salt")

@@ -1,4 +1,5 @@
-"""An engine that drives any OpenAI-compatible server (vLLM, TGI, SGLang, llama.cpp, `transformers serve`).
+"""A client of any OpenAI-compatible server (vLLM, TGI, SGLang, llama.cpp, `transformers serve`), through
+which the served engines (openai, command, vllm) evaluate and send their load.
 
 Plain prompts go to /v1/completions, chat messages to /v1/chat/completions (the server applies the
 model's chat template). Decoding is greedy (temperature 0); stop sequences are sent to the server and
@@ -55,7 +56,7 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> str:
     return text[:cut] if cut >= 0 else text
 
 
-class OpenAIEngine:
+class OpenAIClient:
     name = "openai"
 
     def __init__(
@@ -87,7 +88,7 @@ class OpenAIEngine:
         # same salt): a request's salt is sent. Another server gets none (it may refuse the field).
         self.cache_salt = cache_salt
 
-    def with_concurrency(self, concurrency: int) -> OpenAIEngine:
+    def with_concurrency(self, concurrency: int) -> OpenAIClient:
         """The same client sending `concurrency` evaluation requests at once."""
         other = copy.copy(self)
         other.concurrency = max(1, concurrency)

@@ -79,7 +79,7 @@ class CommandEngine(Engine[CommandEngineConfig]):
         return unservable(cfg)
 
     def start(self, ctx: StartContext) -> ServedRunning:
-        from selector.engines.served.client import OpenAIEngine
+        from selector.engines.served.client import OpenAIClient
         from selector.engines.served.process import LOOPBACK, render_command
         from selector.engines.served.servers import log_paths, start_servers
 
@@ -97,7 +97,7 @@ class CommandEngine(Engine[CommandEngineConfig]):
                                 config.stop_timeout_s)
         try:
             tokenizer = tokenizer_of(checkpoint)
-            client = OpenAIEngine([s.root_url + "/v1" for s in servers], served_model, api_key=api_key(config),
+            client = OpenAIClient([s.root_url + "/v1" for s in servers], served_model, api_key=api_key(config),
                                   chat=config.chat, concurrency=config.batch_size, timeout_s=config.request_timeout_s,
                                   params=config.params, chat_renderer=chat_template(tokenizer),
                                   cache_salt=config.prefix_cache == "salt")

@@ -63,12 +63,6 @@ def start_servers(argv_for: Callable[[int], list[str]], logs: list[Path], envs: 
     raise AssertionError("unreachable")
 
 
-def start_on_free_port(argv_for: Callable[[int], list[str]], log_path: Path, ready_timeout_s: float,
-                       stop_timeout_s: float, env: dict[str, str]) -> ServerProcess:
-    """A started, ready server on a free loopback port (see start_servers)."""
-    return start_servers(argv_for, [log_path], [env], ready_timeout_s, stop_timeout_s)[0]
-
-
 def _wait_ready(servers: list[ServerProcess]) -> list[Exception | None]:
     """Wait for each server to answer (and listen on loopback only), side by side: the error of
     each, None for a ready one."""

@@ -141,7 +141,7 @@ class VllmEngine(Engine[VllmEngineConfig]):
         return not_servable(cfg.precision)
 
     def start(self, ctx: StartContext) -> VllmRunning:
-        from selector.engines.served.client import OpenAIEngine
+        from selector.engines.served.client import OpenAIClient
         from selector.engines.vllm import launch as vllm
         from selector.engines.served.process import LOOPBACK
         from selector.engines.served.servers import log_paths, start_servers
@@ -164,7 +164,7 @@ class VllmEngine(Engine[VllmEngineConfig]):
         start_s = time.perf_counter() - t0
         try:
             tokenizer = tokenizer_of(checkpoint)
-            client = OpenAIEngine([s.root_url + "/v1" for s in servers], served_model, api_key=api_key(config),
+            client = OpenAIClient([s.root_url + "/v1" for s in servers], served_model, api_key=api_key(config),
                                   chat=config.chat, concurrency=config.batch_size, timeout_s=config.request_timeout_s,
                                   params=config.params, chat_renderer=chat_template(tokenizer), extensions=True,
                                   cache_salt=config.prefix_cache == "salt")

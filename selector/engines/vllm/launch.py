@@ -254,8 +254,6 @@ KV_POOL_LINES = (re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cach
                  re.compile(r"Available KV cache memory: ([\d.]+) GiB"))
 # What its weights took, where it says (GPU model runner): "Model loading took 14.2 GiB memory and 3.1 seconds".
 WEIGHTS_LINE = re.compile(r"Model loading took ([\d.]+) GiB memory")
-# CUDA graphs, where it captures them: "Graph capturing finished in 12 secs, took 0.54 GiB".
-GRAPHS_LINE = re.compile(r"Graph capturing finished in \d+ secs, took ([\d.]+) GiB")
 
 
 def _gib(pattern: re.Pattern[str], text: str) -> int | None:
@@ -275,7 +273,3 @@ def kv_pool_bytes(log_text: str) -> int | None:
 def reported_weight_bytes(log_text: str) -> int | None:
     """What vLLM says its weights took (its GPU model runner says; the CPU one does not)."""
     return _gib(WEIGHTS_LINE, log_text)
-
-
-def graph_bytes(log_text: str) -> int | None:
-    return _gib(GRAPHS_LINE, log_text)
