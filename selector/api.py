@@ -1,4 +1,5 @@
-"""selector from Python: run a sweep, load a finished one, and select again under another policy.
+"""selector from Python: run a sweep, load a finished one, select again under another policy, or
+measure one variant (`evaluate`, the function each sweep's worker runs, without Hydra's app).
 
     import selector
 
@@ -145,6 +146,21 @@ def run(overrides: Overrides = None, *, output_dir: str | Path | None = None) ->
     return _result(stored.from_folder(base), report=base / "report")
 
 
+def evaluate(overrides: Overrides = None, *, model: str | None = None, precision: str | None = None,
+             evalset: str | None = None, engine: str | None = None, measure: str | None = None,
+             job_dir: str | Path | None = None) -> RunRecord:
+    """One variant, measured in this process without the Hydra app, by the function a sweep's
+    worker runs (selector.variant.run): its RunRecord (record.tasks, .perf, .memory, .status).
+    model, precision, evalset, engine, measure: config group options (conf/<group>/<name>.yaml);
+    overrides: any other keys, as for `run` but one value each. job_dir: where record.json,
+    samples.jsonl and job.json go (default: a new folder under <output_dir>/variants)."""
+    from selector.variant.run import evaluate as evaluate_overrides
+
+    groups = {"model": model, "precision": precision, "evalset": evalset, "engine": engine, "measure": measure}
+    args = [f"{group}={_value(name)}" for group, name in groups.items() if name is not None]
+    return evaluate_overrides(args + as_overrides(overrides), job_dir)
+
+
 def load(source: str | Path, *, tracking_uri: str | None = None) -> SweepResult:
     """A finished sweep's records and recommendation (under the sweep's own policy), from its folder
     (or a records folder, or a report.json) or from its MLflow parent run id (`tracking_uri`:
@@ -276,14 +292,14 @@ def _hydra_in_this_process() -> Iterator[None]:
     """Run the sweep's entry in this process and put back what the Hydra app changes here."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from selector.sweep import preflight
     from selector.sweep.state import STATE_ENV
+    from selector.variant.evaluation import evalset_of
 
     state = os.environ.get(STATE_ENV)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     sigterm = signal.getsignal(signal.SIGTERM) if _main_thread() else None
-    preflight._evalset.cache_clear()  # an eval set edited since the last run is read again
+    evalset_of.cache_clear()  # an eval set edited since the last run is read again
     GlobalHydra.instance().clear()
     try:
         yield

@@ -6,8 +6,8 @@
 
 Hydra drives it: its callback (selector.sweep.callback) calls `start` and `finish`, its sweeper
 (hydra/sweeper=selector, selector.sweep.sweeper) calls `walk` with the launcher, and each job
-(selector.sweep.job.run_job) measures one variant wherever the launcher runs it. The steps share one
-typed state, sweep.json in the sweep folder (selector.sweep.state): a launcher may run the jobs on
+(selector.sweep.task.run_job, handing over to selector.variant.job) measures one variant wherever
+the launcher runs it. The steps share one typed state, sweep.json in the sweep folder (selector.sweep.state): a launcher may run the jobs on
 other machines, and the end must select with the sweep's own config whatever the jobs did.
 """
 
@@ -44,6 +44,7 @@ class Sweep:
         from selector.config import to_dict
         from selector.sweep import order_seed, preflight
         from selector.trackers import make_tracker
+        from selector.variant.evaluation import load_tasks
 
         t0 = time.time()
         planned, skey = preflight.plan(config, multirun)
@@ -59,7 +60,7 @@ class Sweep:
         self.base.mkdir(parents=True, exist_ok=True)
         last_sweep_dir = self.base.resolve()
         reference = preflight.reference_variant(planned)
-        _, ehash = preflight.load_tasks(first)
+        _, ehash = load_tasks(first)
         seed, seed_source = order_seed.resolve(first.search.seed, first.seed, "seed" in given_keys(planned[0].overrides),
                                                first.output_dir, ehash)
         state = SweepState(

@@ -1,6 +1,6 @@
 """The job folder: what the sweep's side and the variant's worker process share, and nothing else.
 
-The sweep (supervise.py) writes `job.json` and starts `python -m selector.sweep.worker job.json`;
+The sweep (supervise.py) writes `job.json` and starts `python -m selector.variant.worker job.json`;
 the worker writes, as it goes, the stage it is in, every scored sample, the task results so far,
 and at the end `record.json`. Both sides import this module; neither imports the other.
 """
@@ -24,7 +24,7 @@ def now() -> str:
 def variant_of(cfg: SelectorConfig, setting: dict[str, Any] | None = None) -> Variant:
     """The variant a config describes (parameters from the config; the worker may fill them in
     from the loaded model). setting: the serving knobs the sweep varies (the sweep's side stamps
-    it on every record it keeps, selector.sweep.job)."""
+    it on every record it keeps, selector.variant.job)."""
     return Variant(model=cfg.model.name, precision=cfg.precision.name, family=cfg.model.family,
                    params=int(cfg.model.params_b * 1e9), setting=dict(setting or {}))
 
@@ -42,6 +42,7 @@ class Job:
 
     config: dict  # type: ignore[type-arg]  # the variant's resolved config, as plain data
     key: str
+    evaluation_key: str  # its scored items' key (selector.variant.keys.keys_of, computed once by the caller)
     job_dir: Path
     is_reference: bool = False
     baseline: dict | None = None  # type: ignore[type-arg]  # the baseline precision's config (for the fidelity reference)
@@ -62,7 +63,8 @@ class JobFiles:
         self.tasks = self.dir / "tasks.partial.json"
 
     def write_job(self, job: Job) -> Path:
-        self.job.write_text(json.dumps({"config": job.config, "key": job.key, "job_dir": str(job.job_dir.resolve()),
+        self.job.write_text(json.dumps({"config": job.config, "key": job.key, "evaluation_key": job.evaluation_key,
+                                        "job_dir": str(job.job_dir.resolve()),
                                         "is_reference": job.is_reference, "baseline": job.baseline,
                                         "reference_key": job.reference_key}))
         return self.job
@@ -90,5 +92,5 @@ class JobFiles:
 
 def read_job(path: Path) -> Job:
     spec = json.loads(Path(path).read_text())
-    return Job(spec["config"], spec["key"], Path(spec["job_dir"]), bool(spec.get("is_reference")),
+    return Job(spec["config"], spec["key"], spec["evaluation_key"], Path(spec["job_dir"]), bool(spec.get("is_reference")),
                spec.get("baseline"), spec.get("reference_key"))

@@ -1,0 +1,82 @@
+"""Served answers against in-process answers on the same checkpoint (engine.compare_in_process).
+
+The same weights can answer differently through vLLM than through transformers in-process: other
+kernels, other batching, bf16 rounding in another order. Per task: how many items were answered
+differently, and a few of them, so a person sees whether a score moved by the engine, not the model.
+Which engine's accuracy the verdict uses is `accuracy_engine`'s rule.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from selector.config import SelectorConfig
+from selector.records import EngineAgreement, RunRecord, SampleRecord
+
+log = logging.getLogger("selector.variant.agreement")
+EXAMPLES = 3
+IN_PROCESS_NAMES = ("hf", "transformers")  # policy.deploy_engine values that mean the in-process engine
+
+
+def accuracy_engine(deploy_engine: str | None) -> str:
+    """"in_process" when the policy deploys on transformers in-process, else "served": without a
+    deploy_engine the sweep's own engine (the server it started) decides."""
+    return "in_process" if (deploy_engine or "").strip().lower() in IN_PROCESS_NAMES else "served"
+
+
+def engine_agreement(served: Iterable[SampleRecord], in_process: Iterable[SampleRecord]) -> dict[str, EngineAgreement]:
+    """Per task, over the items scored both ways: how many answers differ (the output text, or the
+    multiple-choice pick, compared after stripping whitespace), with the first few as examples."""
+    local = {(s.task, s.id): s for s in in_process}
+    by_task: dict[str, list[tuple[SampleRecord, SampleRecord]]] = {}
+    for s in served:
+        if (s.task, s.id) in local:
+            by_task.setdefault(s.task, []).append((local[(s.task, s.id)], s))
+    out = {}
+    for task, pairs in sorted(by_task.items()):
+        pairs.sort(key=lambda p: p[0].id)
+        differ = [(a, b) for a, b in pairs if a.output.strip() != b.output.strip()]
+        out[task] = EngineAgreement(
+            n=len(pairs), differ=len(differ),
+            in_process_value=sum(a.score for a, _ in pairs) / len(pairs),
+            served_value=sum(b.score for _, b in pairs) / len(pairs),
+            examples=[{"id": a.id, "target": a.target, "in_process": a.output[:200], "served": b.output[:200],
+                       "in_process_score": a.score, "served_score": b.score} for a, b in differ[:EXAMPLES]])
+    return out
+
+
+def answer_in_process(cfg: SelectorConfig, device: str, job_dir: Path,
+                      tasks: list[Any]) -> tuple[dict[str, Any], list[SampleRecord]]:
+    """Every item through transformers in this process (engine=hf's defaults), before the server
+    starts, for the comparison with the served answers; its samples are kept beside the served ones."""
+    from selector.engines.inprocess.engine import HfEngineConfig, InProcessEngine
+    from selector.engines.spec import StartContext
+    from selector.tasks import evaluate_task
+
+    with InProcessEngine(HfEngineConfig()).start(StartContext(cfg, device, job_dir, tasks)) as local:
+        results, samples = {}, []
+        for task in tasks:
+            results[task.name], got = evaluate_task(local, task, model_name=cfg.model.name,
+                                                    model_prompt_style=cfg.model.prompt_style,
+                                                    confidence=cfg.policy.confidence)
+            samples += got
+    (job_dir / "samples.in_process.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in samples))
+    return results, samples
+
+
+def record_agreement(record: RunRecord, served_file: Path, results: dict[str, Any], samples: list[SampleRecord],
+                     deploy_engine: str | None) -> None:
+    """record.agreement, and the in-process accuracy in record.tasks when the policy deploys on
+    transformers (policy.deploy_engine=hf): the verdict uses the engine people will run."""
+    served = [SampleRecord.model_validate_json(line) for line in served_file.read_text().splitlines() if line]
+    record.agreement = engine_agreement(served, samples)
+    decides = accuracy_engine(deploy_engine)
+    record.config["accuracy_engine"] = decides
+    if decides == "in_process":
+        record.tasks = {name: results[name] for name in record.tasks if name in results}
+    for task, a in record.agreement.items():
+        log.info("%s %s: %d of %d answers differ between in-process and served (%s decides)",
+                 record.name, task, a.differ, a.n, decides)
