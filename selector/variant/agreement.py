@@ -8,15 +8,10 @@ Which engine's accuracy the verdict uses is `accuracy_engine`'s rule.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
 
-from selector.config import SelectorConfig
-from selector.records import EngineAgreement, RunRecord, SampleRecord
+from selector.records import EngineAgreement, SampleRecord
 
-log = logging.getLogger("selector.variant.agreement")
 EXAMPLES = 3
 IN_PROCESS_NAMES = ("hf", "transformers")  # policy.deploy_engine values that mean the in-process engine
 
@@ -47,36 +42,3 @@ def engine_agreement(served: Iterable[SampleRecord], in_process: Iterable[Sample
                        "in_process_score": a.score, "served_score": b.score} for a, b in differ[:EXAMPLES]])
     return out
 
-
-def answer_in_process(cfg: SelectorConfig, device: str, job_dir: Path,
-                      tasks: list[Any]) -> tuple[dict[str, Any], list[SampleRecord]]:
-    """Every item through transformers in this process (engine=hf's defaults), before the server
-    starts, for the comparison with the served answers; its samples are kept beside the served ones."""
-    from selector.engines.inprocess.engine import HfEngineConfig, InProcessEngine
-    from selector.engines.spec import StartContext
-    from selector.tasks import evaluate_task
-
-    with InProcessEngine(HfEngineConfig()).start(StartContext(cfg, device, job_dir, tasks)) as local:
-        results, samples = {}, []
-        for task in tasks:
-            results[task.name], got = evaluate_task(local, task, model_name=cfg.model.name,
-                                                    model_prompt_style=cfg.model.prompt_style,
-                                                    confidence=cfg.policy.confidence)
-            samples += got
-    (job_dir / "samples.in_process.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in samples))
-    return results, samples
-
-
-def record_agreement(record: RunRecord, served_file: Path, results: dict[str, Any], samples: list[SampleRecord],
-                     deploy_engine: str | None) -> None:
-    """record.agreement, and the in-process accuracy in record.tasks when the policy deploys on
-    transformers (policy.deploy_engine=hf): the verdict uses the engine people will run."""
-    served = [SampleRecord.model_validate_json(line) for line in served_file.read_text().splitlines() if line]
-    record.agreement = engine_agreement(served, samples)
-    decides = accuracy_engine(deploy_engine)
-    record.config["accuracy_engine"] = decides
-    if decides == "in_process":
-        record.tasks = {name: results[name] for name in record.tasks if name in results}
-    for task, a in record.agreement.items():
-        log.info("%s %s: %d of %d answers differ between in-process and served (%s decides)",
-                 record.name, task, a.differ, a.n, decides)

@@ -30,7 +30,7 @@ from selector.measure.contention import CpuShare
 from selector.plan.estimate import planned_weight_bytes
 from selector.records import ErrorInfo, PeakMemory, PerfResult, RunRecord, SampleRecord
 from selector.variant import evaluation
-from selector.variant.agreement import answer_in_process, record_agreement
+from selector.variant.in_process import answer_in_process, record_agreement
 from selector.variant.device import resolve_device
 from selector.variant.faults import maybe_inject
 from selector.variant.jobfiles import JobFiles, now, variant_of
