@@ -75,19 +75,19 @@ class SweepResult:
         `selector select --from` applies them: override strings (["policy.rule=lower_bound"]) or a
         dict of policy fields ({"rule": "lower_bound", "floors": {"code": 0.6}}; floors given are
         set, the others kept). report=True writes a new report next to the sweep (or to a folder)."""
-        from selector.sweep import stored
+        from selector.sweep import reselect, stored
 
         overrides = policy_overrides(policy)
         cfg = stored.sweep_config(self._require_stored(), overrides)
         out = _report_dir(self._require_stored(), report)
-        selection, paths = stored.select_again(self._require_stored(), cfg, out)
+        selection, paths = reselect.select_again(self._require_stored(), cfg, out)
         return replace(self, selection=selection, config=cfg, report_paths=paths)
 
     def report(self, out: str | Path | None = None) -> dict[str, Path]:
         """Write this selection's report (HTML, Markdown, JSON); return the paths by format."""
-        from selector.sweep import stored
+        from selector.sweep import reselect
 
-        _, paths = stored.select_again(self._require_stored(), self.config, _report_dir(self._require_stored(), out or True))
+        _, paths = reselect.select_again(self._require_stored(), self.config, _report_dir(self._require_stored(), out or True))
         self.report_paths = paths
         return paths
 
@@ -264,10 +264,10 @@ def _looks_numeric(text: str) -> bool:
 # ---- helpers ----
 
 def _result(sweep: StoredSweep, report: Path | None) -> SweepResult:
-    from selector.sweep import stored
+    from selector.sweep import reselect, stored
 
     cfg = stored.sweep_config(sweep)
-    selection, _ = stored.select_again(sweep, cfg, None)
+    selection, _ = reselect.select_again(sweep, cfg, None)
     paths = {}
     if report is not None:
         paths = {fmt: report / name for fmt, name in REPORT_FILES.items() if (report / name).is_file()}

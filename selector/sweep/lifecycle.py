@@ -134,7 +134,7 @@ class Sweep:
         """Gather every variant's record, select under the sweep's own policy, write the report and
         close the parent run; the console gets the summary."""
         from selector.report.samples import load_samples
-        from selector.sweep import end
+        from selector.sweep import comparison, end
         from selector.sweep.judging import gather_records, report_context, select_and_report
         from selector.sweep.searched import not_needed_records, savings
 
@@ -152,10 +152,11 @@ class Sweep:
             context["search"] = {**state.search.model_dump(), "savings": saved, "order_seed": state.order_seed,
                                  "order_seed_source": state.order_seed_source}
         if cfg.compare_to:
-            context["comparison"] = end.compare_with_predecessor(cfg, state, self.base, records)
+            this = comparison.this_sweep(self.base, records, state)
+            context["comparison"] = comparison.compare_with_predecessor(cfg, this)
         selection, paths = select_and_report(records, cfg, context, self.base / "report", load_samples(self.base))
         end.close_parent_run(cfg, state, records, selection, paths, wall_s, saved)
-        end.compare_with_earlier(context.get("comparison"), state, self.base)
+        comparison.keep_comparison(context.get("comparison"), state, self.base)
         end.print_summary(cfg, state, records, selection, paths, saved)
 
     def abort(self, why: str) -> None:

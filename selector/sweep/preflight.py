@@ -307,7 +307,7 @@ def check_compare_to(cfg: SelectorConfig) -> None:
     """compare_to must name a sweep that can be read now, not only when this one ends."""
     if not cfg.compare_to:
         return
-    from selector.sweep.stored import load_side
+    from selector.sweep.comparison import load_side
 
     try:
         load_side(str(cfg.compare_to), cfg.tracker.tracking_uri, cfg.output_dir)
