@@ -149,7 +149,8 @@ class VariantRun:
         with self.timed("evaluate"):
             self.evaluate(running, tasks)
         if compared is not None:
-            record_agreement(self.record, self.files.samples, *compared, self.cfg.policy.deploy_engine)
+            results, samples = compared
+            record_agreement(self.record, self.files.samples, results, samples, cfg.policy.deploy_engine)
         if self.decision is not None:  # stopped early: what it weighs, and nothing else to measure
             if cfg.measure.fidelity and cfg.precision.name == cfg.baseline_precision and not self._spares_siblings():
                 with self.timed("fidelity"):  # but a baseline still leaves its siblings their reference
