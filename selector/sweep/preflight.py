@@ -22,7 +22,7 @@ from selector.origin import Origin
 from selector.plan.estimate import planned_weight_bytes
 from selector.variant.availability import availability, check_precision, planned_device
 from selector.variant.evaluation import evalset_of, load_tasks
-from selector.variant.keys import keys_of, sweep_key
+from selector.variant.keys import digest, keys_of
 from selector.sweep.state import PlannedEntry
 
 
@@ -149,6 +149,12 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     check_compare_to(planned[0].cfg)
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
+
+
+def sweep_key(experiment: str, variant_keys: list[str], policy: dict[str, Any]) -> str:
+    """The same variants judged under another policy are another sweep (another parent run, with
+    its own floors as params); the variants' measurements are still reused."""
+    return digest({"experiment": experiment, "variants": sorted(variant_keys), "policy": policy})
 
 
 def baseline_precision(cfg: SelectorConfig, config: DictConfig, composed: dict[str, Any]) -> Any:

@@ -85,8 +85,3 @@ def _file_digest(path: str) -> str | None:
     found = find_path(path)
     return hashlib.sha256(found.read_bytes()).hexdigest()[:16] if found.is_file() else None
 
-
-def sweep_key(experiment: str, variant_keys: list[str], policy: dict[str, Any]) -> str:
-    """The same variants judged under another policy are another sweep (another parent run, with
-    its own floors as params); the variants' measurements are still reused."""
-    return digest({"experiment": experiment, "variants": sorted(variant_keys), "policy": policy})

@@ -23,10 +23,14 @@ def _overrides(model_dir: Path, out: Path, accuracy: float) -> dict[str, object]
             "output_dir": str(out), "engine.default_accuracy": accuracy}
 
 
-def test_evaluate_returns_the_variants_record(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_evaluate_returns_the_variants_record(tmp_path: Path, tiny_model_dir: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from selector.variant import keys
     from selector.variant.evaluation import load_tasks
-    from selector.variant.keys import keys_of
 
+    computed: list[str] = []
+    real = keys.evaluation_key
+    monkeypatch.setattr(keys, "evaluation_key", lambda *a: computed.append(real(*a)) or computed[-1])
     job_dir = tmp_path / "job"
     record = selector.evaluate(_overrides(tiny_model_dir, tmp_path / "out", 1.0), model="path", precision="fp32",
                                engine="scripted", measure="quick", job_dir=job_dir)
@@ -40,17 +44,19 @@ def test_evaluate_returns_the_variants_record(tmp_path: Path, tiny_model_dir: Pa
     # the keys a sweep's preflight would give it, computed once and handed over in job.json
     from selector.compose import config_from_dict
 
+    assert computed == [record.config["evaluation_key"]]  # once, handed to the run (not again in the pipeline)
     cfg = config_from_dict(record.config)
-    keys = keys_of(cfg, load_tasks(cfg)[1])
+    monkeypatch.undo()
+    expected = keys.keys_of(cfg, load_tasks(cfg)[1])
     job = json.loads((job_dir / "job.json").read_text())
-    assert (record.key, record.config["evaluation_key"]) == (keys.variant, keys.evaluation)
-    assert (job["key"], job["evaluation_key"]) == (keys.variant, keys.evaluation)
+    assert (record.key, record.config["evaluation_key"]) == (expected.variant, expected.evaluation)
+    assert (job["key"], job["evaluation_key"]) == (expected.variant, expected.evaluation)
     assert RunRecord.load(job_dir / "record.json") == record
-    assert (tmp_path / "out" / "evaluations" / keys.evaluation / "sentiment.jsonl").is_file()
+    assert (tmp_path / "out" / "evaluations" / expected.evaluation / "sentiment.jsonl").is_file()
 
     wrong = selector.evaluate(_overrides(tiny_model_dir, tmp_path / "out", 0.0), model="path", precision="fp32",
                               engine="scripted", measure="quick", job_dir=tmp_path / "again")
-    assert wrong.config["evaluation_key"] != keys.evaluation  # another engine setting: its own items
+    assert wrong.config["evaluation_key"] != expected.evaluation  # another engine setting: its own items
     assert all(r.value == 0.0 for r in wrong.tasks.values())
 
 
