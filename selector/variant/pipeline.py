@@ -6,6 +6,8 @@ Each stage is a call on the variant's running engine (selector/engines: in-proce
 a server the harness starts or attaches to), so every engine is evaluated and measured the same way
 and nothing here asks which one runs. Preparing (converting, quantizing, the fidelity reference)
 happens in a child process of its own, only when the cache lacks something (variant/prepare.py).
+What the running engine says of itself (kernel, server, memory) goes into the record through
+variant/recording.py; a server's answers beside in-process ones through variant/in_process.py.
 
 Everything it learns is written to the job folder as it goes: the current stage, each scored
 sample, and at the end the record, so a crash loses nothing already measured and the parent can
@@ -30,9 +32,9 @@ from selector.measure.contention import CpuShare
 from selector.plan.estimate import planned_weight_bytes
 from selector.records import ErrorInfo, PeakMemory, PerfResult, RunRecord, SampleRecord
 from selector.variant import evaluation
-from selector.variant.in_process import answer_in_process, record_agreement
 from selector.variant.device import resolve_device
 from selector.variant.faults import maybe_inject
+from selector.variant.in_process import answer_in_process, record_agreement
 from selector.variant.jobfiles import JobFiles, now, variant_of
 from selector.variant.recording import record_info, record_running
 
