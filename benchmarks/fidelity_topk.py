@@ -43,7 +43,7 @@ def figures(model: str, precisions: list[str], overrides: list[str]) -> dict[str
     from selector.engines.inprocess.logprobs import probe_logprobs
     from selector.measure.fidelity import (
         PROBE_POSITIONS,
-        compare,
+        compare_full,
         compare_top,
         probe_token_ids,
         reference_from,
@@ -71,7 +71,7 @@ def figures(model: str, precisions: list[str], overrides: list[str]) -> dict[str
         running.stop()
         p, q = torch.cat(p_full), torch.cat(q_full)
         full = (p.exp() * (p - q)).sum(-1)
-        inprocess, agree = compare(ref, q)
+        inprocess, agree = compare_full(ref, q)
         row = {"precision": name, "positions": int(full.numel()), "kl_full_vocabulary": float(full.mean()),
                "kl_in_process": float(inprocess.mean()), "top1_in_process": float(agree.float().mean())}
         for k in KS:
@@ -141,7 +141,7 @@ def sweep_rows(base: Any, other: Any, k: int = 20) -> list[dict[str, Any]]:
     """Per sweep step: mean full-vocabulary KL, in-process and served figures, the old served figure."""
     import torch
 
-    from selector.measure.fidelity import TOP_K, Reference, compare, compare_top, shares_none
+    from selector.measure.fidelity import TOP_K, Reference, compare_full, compare_top, shares_none
 
     p = torch.log_softmax(base, -1)
     top = p.float().topk(TOP_K, dim=-1)
@@ -156,7 +156,7 @@ def sweep_rows(base: Any, other: Any, k: int = 20) -> list[dict[str, Any]]:
         ids, logq = named.indices, named.values
         served, _ = compare_top(ref, ids, logq, k)
         rows.append({"sweep": name, "step": step, "kl_full_vocabulary": float(full.mean()),
-                     "kl_in_process": float(compare(ref, q.float())[0].mean()),
+                     "kl_in_process": float(compare_full(ref, q.float())[0].mean()),
                      f"kl_top{k}": float(served.mean()), f"kl_top{k}_merged": float(merged_top(ref, ids, logq).mean()),
                      "disjoint": float(shares_none(ref, ids).float().mean()),
                      "served_le_full": bool((served.double() <= full + 1e-4).all())})

@@ -1,6 +1,6 @@
 """Verdicts at the edges, through the real decision code (issue 22, point 7).
 
-Every figure comes from the code a sweep runs: the evaluation loop (`selector.sweep.evaluation.run`)
+Every figure comes from the code a sweep runs: the evaluation loop (`selector.variant.evaluation.run`)
 with the policy's real stopper (`floor_tests_for_policy`) for early rejection, and `select()` for
 the full-set verdict, the intervals and the winner. Nothing here re-implements a decision. The eval
 set is the default one's shape: sentiment 48, extraction 48, arithmetic 48, code 42 items, with
@@ -51,7 +51,7 @@ from benchmarks.tables import markdown_table
 from selector.config import PolicyConfig
 from selector.search.sequential import TaskSpec, floor_tests_for_policy
 from selector.selection import select
-from selector.sweep import evaluation
+from selector.variant import evaluation
 from selector.records import MemoryResult, RunRecord, SampleRecord, TaskResult, Variant
 
 SEED = 20261202

@@ -28,7 +28,7 @@ from selector.records import MemoryResult, RunRecord, SampleRecord, TaskResult, 
 from selector.search.sequential import TaskSpec, floor_tests_for_policy
 from selector.selection import select
 from selector.selection.precision import precision_bits
-from selector.sweep import evaluation
+from selector.variant import evaluation
 
 # name, parameters, true arithmetic accuracy above (below) its floor: verdict_edges.LADDER
 LADDER = (("xl", 8e9, 0.25), ("l", 4e9, 0.20), ("m", 2e9, 0.15), ("s", 1e9, -0.005), ("xs", 5e8, -0.01),

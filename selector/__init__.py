@@ -6,6 +6,7 @@ From Python (selector/api.py, docs/api.md):
     result = selector.run(["model=smollm2-135m", "precision=bf16,int8"])
     result.winner, result.records, result.report_paths, result.select({"floors": {"code": 0.6}})
     selector.load("outputs/sweeps/<time>")  # or an MLflow parent run id
+    record = selector.evaluate(model="smollm2-135m", precision="int8")  # one variant, no Hydra app
 
 The command line is `selector` (or `python -m selector`).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SweepResult", "latest_sweep", "load", "run"]
+__all__ = ["SweepResult", "evaluate", "latest_sweep", "load", "run"]
 
 
 def __getattr__(name: str) -> Any:

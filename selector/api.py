@@ -1,4 +1,5 @@
-"""selector from Python: run a sweep, load a finished one, and select again under another policy.
+"""selector from Python: run a sweep, load a finished one, select again under another policy, or
+measure one variant (`evaluate`, the function each sweep's worker runs, without Hydra's app).
 
     import selector
 
@@ -74,19 +75,19 @@ class SweepResult:
         `selector select --from` applies them: override strings (["policy.rule=lower_bound"]) or a
         dict of policy fields ({"rule": "lower_bound", "floors": {"code": 0.6}}; floors given are
         set, the others kept). report=True writes a new report next to the sweep (or to a folder)."""
-        from selector.sweep import stored
+        from selector.sweep import reselect, stored
 
         overrides = policy_overrides(policy)
         cfg = stored.sweep_config(self._require_stored(), overrides)
         out = _report_dir(self._require_stored(), report)
-        selection, paths = stored.select_again(self._require_stored(), cfg, out)
+        selection, paths = reselect.select_again(self._require_stored(), cfg, out)
         return replace(self, selection=selection, config=cfg, report_paths=paths)
 
     def report(self, out: str | Path | None = None) -> dict[str, Path]:
         """Write this selection's report (HTML, Markdown, JSON); return the paths by format."""
-        from selector.sweep import stored
+        from selector.sweep import reselect
 
-        _, paths = stored.select_again(self._require_stored(), self.config, _report_dir(self._require_stored(), out or True))
+        _, paths = reselect.select_again(self._require_stored(), self.config, _report_dir(self._require_stored(), out or True))
         self.report_paths = paths
         return paths
 
@@ -143,6 +144,21 @@ def run(overrides: Overrides = None, *, output_dir: str | Path | None = None) ->
     if base is None:
         raise SweepError("the sweep did not start (no sweep folder was made)")
     return _result(stored.from_folder(base), report=base / "report")
+
+
+def evaluate(overrides: Overrides = None, *, model: str | None = None, precision: str | None = None,
+             evalset: str | None = None, engine: str | None = None, measure: str | None = None,
+             job_dir: str | Path | None = None) -> RunRecord:
+    """One variant, measured in this process without the Hydra app, by the function a sweep's
+    worker runs (selector.variant.run): its RunRecord (record.tasks, .perf, .memory, .status).
+    model, precision, evalset, engine, measure: config group options (conf/<group>/<name>.yaml);
+    overrides: any other keys, as for `run` but one value each. job_dir: where record.json,
+    samples.jsonl and job.json go (default: a new folder under <output_dir>/variants)."""
+    from selector.variant.run import evaluate as evaluate_overrides
+
+    groups = {"model": model, "precision": precision, "evalset": evalset, "engine": engine, "measure": measure}
+    args = [f"{group}={_value(name)}" for group, name in groups.items() if name is not None]
+    return evaluate_overrides(args + as_overrides(overrides), job_dir)
 
 
 def load(source: str | Path, *, tracking_uri: str | None = None) -> SweepResult:
@@ -248,10 +264,10 @@ def _looks_numeric(text: str) -> bool:
 # ---- helpers ----
 
 def _result(sweep: StoredSweep, report: Path | None) -> SweepResult:
-    from selector.sweep import stored
+    from selector.sweep import reselect, stored
 
     cfg = stored.sweep_config(sweep)
-    selection, _ = stored.select_again(sweep, cfg, None)
+    selection, _ = reselect.select_again(sweep, cfg, None)
     paths = {}
     if report is not None:
         paths = {fmt: report / name for fmt, name in REPORT_FILES.items() if (report / name).is_file()}
@@ -276,14 +292,14 @@ def _hydra_in_this_process() -> Iterator[None]:
     """Run the sweep's entry in this process and put back what the Hydra app changes here."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from selector.sweep import preflight
     from selector.sweep.state import STATE_ENV
+    from selector.variant.evaluation import evalset_of
 
     state = os.environ.get(STATE_ENV)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     sigterm = signal.getsignal(signal.SIGTERM) if _main_thread() else None
-    preflight._evalset.cache_clear()  # an eval set edited since the last run is read again
+    evalset_of.cache_clear()  # an eval set edited since the last run is read again
     GlobalHydra.instance().clear()
     try:
         yield

@@ -2,7 +2,7 @@
 
 A and B are sweep folders or MLflow parent run ids. Prints what differs in their resolved configs
 and, per variant in both, how accuracy, latency, throughput and memory moved against their noise
-(report.compare); writes compare.md and compare.json, and logs both to the later sweep's MLflow
+(selector.sweep.comparison); writes compare.md and compare.json, and logs both to the later sweep's MLflow
 parent run. A sweep run with `compare_to=<folder or run id>` carries the same in its report.
 """
 
@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from selector.errors import UserError
-from selector.report.compare import Side
-from selector.sweep.comparison import compare_sides, later, log_comparison, write_comparison
-from selector.sweep.stored import load_side
+from selector.sweep.comparison import Side, compare_sides, later, load_side, log_comparison, write_comparison
 
 
 def main(argv: list[str]) -> int:

@@ -18,8 +18,8 @@ def main(argv: list[str]) -> int:
     from rich.table import Table
 
     from selector.compose import compose
-    from selector.sweep import preflight
-    from selector.sweep.availability import availability, cuda_available
+    from selector.variant.evaluation import load_tasks
+    from selector.variant.availability import availability, cuda_available
     from selector.logs import setup_logging
     from selector.report.console import print_fitted
 
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     for path in sorted((CONF_DIR / "evalset").glob("*.yaml")):
         cfg = compose([f"evalset={path.stem}"])
         try:
-            tasks, _ = preflight.load_tasks(cfg)
+            tasks, _ = load_tasks(cfg)
             summary = ", ".join(f"{t.name} ({len(t.items)})" for t in tasks)
         except UserError as e:
             summary = f"cannot load: {e}"

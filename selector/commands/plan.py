@@ -33,7 +33,7 @@ def default_device(cfg: SelectorConfig, gpu_gib: float | None) -> str:
         return "cuda"
     if cfg.device == "cpu":
         return "cpu"
-    from selector.sweep.availability import cuda_available
+    from selector.variant.availability import cuda_available
 
     return "cuda" if cuda_available() else "cpu"
 

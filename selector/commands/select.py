@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
 
 def _select(args: argparse.Namespace) -> int:
     from selector.report import print_terminal_summary
-    from selector.sweep import stored
+    from selector.sweep import reselect, stored
 
     if args.mlflow_run:
         sweep = stored.from_mlflow(args.mlflow_run, args.tracking_uri)
@@ -36,7 +36,7 @@ def _select(args: argparse.Namespace) -> int:
         sweep = stored.from_folder(args.source)
     cfg = stored.sweep_config(sweep, args.overrides)  # the sweep's own policy, with the overrides on top
     out = args.out or sweep.base / f"report-{time.strftime('%Y%m%d-%H%M%S')}"
-    selection, paths = stored.select_again(sweep, cfg, out)
+    selection, paths = reselect.select_again(sweep, cfg, out)
     print_terminal_summary(sweep.records, selection)
     partial = [r for r in sweep.records if r.status in ("stopped", "not_needed")]
     if partial:

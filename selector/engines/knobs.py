@@ -1,6 +1,6 @@
 """Serving knobs: how a variant is served, which a sweep may vary without touching its accuracy.
 
-The evaluation key leaves them out (selector.sweep.keys), so settings of one model x precision share
+The evaluation key leaves them out (selector.variant.keys), so settings of one model x precision share
 every scored item; the variant key keeps them, so each setting is its own variant with its own
 record. A sweep that varies a knob labels each variant with its setting
 ("smollm2-135m/bf16 [max_batch_size=8]") and gives it its own job folder

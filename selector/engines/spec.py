@@ -4,7 +4,7 @@ An engine owns its typed config (`Config`, a dataclass subclassing selector.conf
 type the engine is generic over: conf/engine/<name>.yaml is validated against it) and answers,
 before anything loads, whether it can run a variant here, what of its config can change a score,
 which serving knobs it has and what it is called. `start` returns a `Running`
-engine: everything a variant is evaluated and measured through (selector/sweep/pipeline.py), the
+engine: everything a variant is evaluated and measured through (selector/variant/pipeline.py), the
 same calls whatever runs the model, so a served variant gets every figure an in-process one gets:
 
     generate / loglikelihood      evaluation (batched; a server takes them concurrently)

@@ -8,7 +8,7 @@ PROBE_POSITIONS positions of each. The same token ids go through every variant.
 The baseline run (`cfg.baseline_precision`, bf16 by default) saves, per position, its top-k
 (TOP_K=256) token ids and log-probabilities plus the log of the remaining mass to
 `<cache>/fidelity/<model>-<probehash>.safetensors`. Every other variant reads that file. When it is
-missing, the variant's preparation process (sweep/prepare.py, `ensure_reference`) loads the
+missing, the variant's preparation process (variant/prepare.py, `ensure_reference`) loads the
 baseline, writes the file and exits before the variant loads, so the baseline's memory never
 counts as the variant's. Each variant reports:
 
@@ -190,7 +190,7 @@ def compare_all(ref: Reference, variant: Iterable[Any], k: int | None = None,
         if end > ref.ids.shape[0]:
             raise ValueError("the variant has more probe positions than the baseline reference")
         part = Reference(ref.ids[start:end], ref.logp[start:end], ref.rest[start:end])
-        kl, agree = compare(part, got.logp) if got.ids is None else compare_top(part, got.ids, got.logp, k)
+        kl, agree = compare_full(part, got.logp) if got.ids is None else compare_top(part, got.ids, got.logp, k)
         if disjoint is not None and got.ids is not None:
             disjoint.append(shares_none(part, got.ids))
         kls.append(kl)
@@ -201,7 +201,7 @@ def compare_all(ref: Reference, variant: Iterable[Any], k: int | None = None,
     return torch.cat(kls), torch.cat(agrees)
 
 
-def compare(ref: Reference, logq: Any) -> tuple[Any, Any]:
+def compare_full(ref: Reference, logq: Any) -> tuple[Any, Any]:
     """Per-position bucketed KL(baseline || variant) and top-1 agreement (bool).
 
     `logq` is the variant's full log-distribution [positions, vocab] at the reference's positions.
@@ -233,7 +233,7 @@ def compare_top(ref: Reference, ids: Any, logq: Any, k: int | None = None) -> tu
     the variant holds outside its named tokens in the baseline's top (exact) plus the unnamed mass M
     leaves. Over those q the KL is convex; its least value puts q_t = min(c, tau * p_t) on M (water
     filling, tau found by bisection) and is a lower bound of the bucketed KL the whole distribution
-    gives (`compare`), hence of the full-vocabulary KL.
+    gives (`compare_full`), hence of the full-vocabulary KL.
 
     So a variant whose top tokens move away from the baseline's reads more, not less: with no token in
     common, each of the baseline's top tokens counts at most the variant's k-th probability. (Merging

@@ -24,7 +24,7 @@ class LoadContext:
     # Returns the calibration texts (source chosen by config; by default text not in the eval set).
     calibration_texts: Callable[[], list[str]] = lambda: []
     progress: bool = True
-    # Build the cached artifact and stop: the preparation process (sweep/prepare.py) makes it, the
+    # Build the cached artifact and stop: the preparation process (variant/prepare.py) makes it, the
     # variant's own process loads it. LoadedModel.model is None then.
     prepare_only: bool = False
 

@@ -1,4 +1,4 @@
-"""A comparison of two sweeps (report.compare) as tables of plain-text cells: for `python -m
+"""A comparison of two sweeps (selector.sweep.comparison) as tables of plain-text cells: for `python -m
 selector compare`, its Markdown file and console, and the report of a sweep run with compare_to."""
 
 from __future__ import annotations

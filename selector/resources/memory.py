@@ -2,7 +2,7 @@
 
 A variant's worker goes through three phases, and each has its own peak (docs/memory.md):
 preparing the artifact (converting, quantizing, the fidelity reference: in a process of its own,
-see sweep/prepare.py), loading it, and serving it (evaluation, latency, load tests). `PhaseMeter`
+see variant/prepare.py), loading it, and serving it (evaluation, latency, load tests). `PhaseMeter`
 measures one phase of this process: Linux resets the resident set's high-water mark (VmHWM) when
 "5" is written to /proc/self/clear_refs, and torch resets its CUDA peak counters. Where VmHWM
 cannot be reset (not Linux), a phase has no RSS figure of its own and the whole process's peak is

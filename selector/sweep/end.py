@@ -1,6 +1,7 @@
 """The end of a sweep, step by step (selector.sweep.lifecycle.Sweep.finish runs them in order): the
-config it selects with, the parent run's metrics and tags, the comparison with an earlier sweep,
-the console summary, and closing the parent run as FAILED when the end itself breaks."""
+config it selects with, the parent run's metrics and tags, the console summary, and closing the
+parent run as FAILED when the end itself breaks. (The comparison with an earlier sweep is
+selector.sweep.comparison's.)"""
 
 from __future__ import annotations
 
@@ -29,16 +30,6 @@ def sweep_config(state: SweepState, records: list[RunRecord]) -> SelectorConfig:
     return config_from_dict(records[0].config)
 
 
-def compare_with_predecessor(cfg: SelectorConfig, state: SweepState, base: Path,
-                             records: list[RunRecord]) -> dict[str, Any]:
-    """This sweep against the one its config names (compare_to), for the report."""
-    from selector.report.compare import Side
-    from selector.sweep.stored import compare_with
-
-    return compare_with(cfg, Side(str(base), records, state.config or {}, state.parent_run_id,
-                                  state.tracking_uri, state.started_at))
-
-
 def close_parent_run(cfg: SelectorConfig, state: SweepState, records: list[RunRecord], selection: Selection,
                      paths: dict[str, Path], wall_s: float, saved: dict[str, float] | None) -> None:
     """The sweep's counts, memory and verdict on its parent run, the report as its artifacts, and
@@ -60,19 +51,6 @@ def close_parent_run(cfg: SelectorConfig, state: SweepState, records: list[RunRe
             "mlflow.note.content": selection.summary, **settings_tags(selection)}
     tracker.finish_sweep(state.parent_run_id, metrics, tags, list(paths.values()))
     _log_flips(tracker, records, selection)
-
-
-def compare_with_earlier(comparison: dict[str, Any] | None, state: SweepState, base: Path) -> None:
-    """The comparison's own files beside the report, and on this sweep's parent run."""
-    if not comparison or comparison.get("error"):
-        return
-    from selector.report.compare import Side
-    from selector.sweep.comparison import log_comparison, write_comparison
-
-    paths = write_comparison(comparison, base / "report")
-    before = Side(comparison["a"]["label"], [], {}, comparison["a"].get("parent_run_id"))
-    this = Side(str(base), [], {}, state.parent_run_id, state.tracking_uri)
-    log_comparison(comparison, before, this, paths)
 
 
 def print_summary(cfg: SelectorConfig, state: SweepState, records: list[RunRecord], selection: Selection,

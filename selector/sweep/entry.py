@@ -20,7 +20,7 @@ def run_sweep(overrides: Sequence[str]) -> None:
     from hydra._internal.utils import _run_hydra, get_args_parser
 
     from selector import compose
-    from selector.sweep.job import run_job
+    from selector.sweep.task import run_job
 
     args = list(overrides)
     compose.check_group_choices(args)

@@ -6,8 +6,8 @@
 
 Hydra drives it: its callback (selector.sweep.callback) calls `start` and `finish`, its sweeper
 (hydra/sweeper=selector, selector.sweep.sweeper) calls `walk` with the launcher, and each job
-(selector.sweep.job.run_job) measures one variant wherever the launcher runs it. The steps share one
-typed state, sweep.json in the sweep folder (selector.sweep.state): a launcher may run the jobs on
+(selector.sweep.task.run_job, handing over to selector.variant.job) measures one variant wherever
+the launcher runs it. The steps share one typed state, sweep.json in the sweep folder (selector.sweep.state): a launcher may run the jobs on
 other machines, and the end must select with the sweep's own config whatever the jobs did.
 """
 
@@ -44,6 +44,7 @@ class Sweep:
         from selector.config import to_dict
         from selector.sweep import order_seed, preflight
         from selector.trackers import make_tracker
+        from selector.variant.evaluation import load_tasks
 
         t0 = time.time()
         planned, skey = preflight.plan(config, multirun)
@@ -59,7 +60,7 @@ class Sweep:
         self.base.mkdir(parents=True, exist_ok=True)
         last_sweep_dir = self.base.resolve()
         reference = preflight.reference_variant(planned)
-        _, ehash = preflight.load_tasks(first)
+        _, ehash = load_tasks(first)
         seed, seed_source = order_seed.resolve(first.search.seed, first.seed, "seed" in given_keys(planned[0].overrides),
                                                first.output_dir, ehash)
         state = SweepState(
@@ -133,7 +134,7 @@ class Sweep:
         """Gather every variant's record, select under the sweep's own policy, write the report and
         close the parent run; the console gets the summary."""
         from selector.report.samples import load_samples
-        from selector.sweep import end
+        from selector.sweep import comparison, end
         from selector.sweep.judging import gather_records, report_context, select_and_report
         from selector.sweep.searched import not_needed_records, savings
 
@@ -151,10 +152,11 @@ class Sweep:
             context["search"] = {**state.search.model_dump(), "savings": saved, "order_seed": state.order_seed,
                                  "order_seed_source": state.order_seed_source}
         if cfg.compare_to:
-            context["comparison"] = end.compare_with_predecessor(cfg, state, self.base, records)
+            this = comparison.this_sweep(self.base, records, state)
+            context["comparison"] = comparison.compare_with_predecessor(cfg, this)
         selection, paths = select_and_report(records, cfg, context, self.base / "report", load_samples(self.base))
         end.close_parent_run(cfg, state, records, selection, paths, wall_s, saved)
-        end.compare_with_earlier(context.get("comparison"), state, self.base)
+        comparison.keep_comparison(context.get("comparison"), state, self.base)
         end.print_summary(cfg, state, records, selection, paths, saved)
 
     def abort(self, why: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from selector.search.candidates import Candidate, Outcome, Shortfall
 from selector.records import RunRecord
 from selector.sweep.state import PlannedEntry
+from selector.variant.evaluation import stopped_shortfall
 
 
 def candidates(variants: list[PlannedEntry]) -> list[Candidate]:
@@ -69,16 +70,6 @@ def outcome_of(record: RunRecord | None, verdict: Any, policy: Any) -> Outcome:
     reason = verdict.reasons[0] if verdict is not None and verdict.reasons else "does not meet the policy"
     return Outcome("rejected", reason, items=items, in_sequence=in_sequence(record, policy),
                    shortfall=_full_set_shortfall(record, verdict))
-
-
-def stopped_shortfall(record: RunRecord) -> Shortfall | None:
-    """The anytime bound a variant was stopped with, when a floor (not a margin) stopped it."""
-    info = record.search
-    if info is None or info.floor is None or info.bound is None or not info.task:
-        return None
-    result = record.tasks.get(info.task)
-    higher = result.higher_is_better if result is not None else True
-    return Shortfall(info.task, info.bound, info.floor, higher, anytime=True)
 
 
 def _full_set_shortfall(record: RunRecord, verdict: Any) -> Shortfall | None:

@@ -8,7 +8,6 @@ skipped, unless every variant is, in which case the sweep stops with the reasons
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,9 @@ from selector.errors import ConfigError, UserError
 from selector.models import adhoc
 from selector.origin import Origin
 from selector.plan.estimate import planned_weight_bytes
-from selector.sweep.availability import availability, check_precision, planned_device
-from selector.sweep.keys import evaluation_key, sweep_key, variant_key
+from selector.variant.availability import availability, check_precision, planned_device
+from selector.variant.evaluation import evalset_of, load_tasks
+from selector.variant.keys import digest, keys_of
 from selector.sweep.state import PlannedEntry
 
 
@@ -41,7 +41,7 @@ class PlannedVariant:
     def describe(self) -> PlannedEntry:
         """What the sweep's state keeps of it (sweep.json), for the jobs, the search and the end."""
         from selector.config import to_dict
-        from selector.sweep.keys import calibrates
+        from selector.variant.keys import calibrates
 
         baseline = to_dict(self.baseline) if self.baseline is not None else None
         return PlannedEntry(name=self.name, key=self.key, evaluation_key=self.evaluation_key,
@@ -80,7 +80,7 @@ def resolve_policy(cfg: SelectorConfig, origin: Origin) -> tuple[Any, list[str]]
     folder = locate_evalset(cfg.evalset.path)
     tasks = load_tasks(cfg)[0]
     run_tasks = [t.name for t in tasks]
-    all_tasks = run_tasks if cfg.evalset.tasks is None else [t.name for t in _evalset(cfg.evalset.path, None, 1)[0]]
+    all_tasks = run_tasks if cfg.evalset.tasks is None else [t.name for t in evalset_of(cfg.evalset.path, None, 1)[0]]
     policy, notices = check_floor_tasks(cfg.policy, read_evalset_policy(folder), run_tasks, all_tasks,
                                         lambda task: origin.where(f"policy.floors.{task}"), str(cfg.evalset.path))
     if (problem := floors_under_load_problem(policy, cfg.measure.load, tasks)) is not None:
@@ -96,19 +96,6 @@ def _validate_policy(cfg: SelectorConfig, origin: Origin) -> None:
         validate_policy(cfg.policy)
     except ConfigError as e:
         raise origin.error(f"policy.{e.field}", e.problem) from None
-
-
-@functools.lru_cache(maxsize=8)
-def _evalset(path: str, tasks: tuple[str, ...] | None, limit: int | None) -> tuple[Any, str]:
-    from selector.tasks import evalset_hash, load_evalset
-
-    loaded = load_evalset(path, list(tasks) if tasks else None, limit)
-    return loaded, evalset_hash(loaded)
-
-
-def load_tasks(cfg: SelectorConfig) -> tuple[Any, str]:
-    """The eval set's tasks and content hash (loaded once per distinct eval set)."""
-    return _evalset(cfg.evalset.path, tuple(cfg.evalset.tasks) if cfg.evalset.tasks else None, cfg.evalset.limit)
 
 
 def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]:
@@ -132,10 +119,12 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
         notices = notices or found
         _check_command_line_model(cfg, choices.get("model", ""), checked)
         _, ehash = load_tasks(cfg)
-        ok, why = availability(cfg, load_library=False)  # the worker imports the library, and checks again
+        # decided here, once for the sweep (its jobs read it from sweep.json); the worker imports the
+        # library and asks again on the device it gets
+        ok, why = availability(cfg, load_library=False)
         planned_bytes, _ = planned_weight_bytes(cfg, planned_device(cfg))
-        planned.append(PlannedVariant(cfg, overrides, variant_key(cfg, ehash), ok, why,
-                                      evaluation_key(cfg, ehash), planned_bytes,
+        keys = keys_of(cfg, ehash)
+        planned.append(PlannedVariant(cfg, overrides, keys.variant, ok, why, keys.evaluation, planned_bytes,
                                       baseline=baseline_precision(cfg, config, baselines)))
     if not planned:
         raise UserError("the sweep has no variants: check hydra.sweeper.params and your overrides")
@@ -161,6 +150,12 @@ def plan(config: DictConfig, multirun: bool) -> tuple[list[PlannedVariant], str]
     check_compare_to(planned[0].cfg)
     experiment = planned[0].cfg.experiment
     return planned, sweep_key(experiment, [p.key for p in planned], to_dict(planned[0].cfg.policy))
+
+
+def sweep_key(experiment: str, variant_keys: list[str], policy: dict[str, Any]) -> str:
+    """The same variants judged under another policy are another sweep (another parent run, with
+    its own floors as params); the variants' measurements are still reused."""
+    return digest({"experiment": experiment, "variants": sorted(variant_keys), "policy": policy})
 
 
 def baseline_precision(cfg: SelectorConfig, config: DictConfig, composed: dict[str, Any]) -> Any:
@@ -330,7 +325,7 @@ def check_compare_to(cfg: SelectorConfig) -> None:
     """compare_to must name a sweep that can be read now, not only when this one ends."""
     if not cfg.compare_to:
         return
-    from selector.sweep.stored import load_side
+    from selector.sweep.comparison import load_side
 
     try:
         load_side(str(cfg.compare_to), cfg.tracker.tracking_uri, cfg.output_dir)

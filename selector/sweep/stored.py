@@ -1,6 +1,7 @@
 """A finished sweep, read back without touching a model: its records and the config it ran with,
 from a sweep folder, a records folder, a report.json or the sweep's MLflow parent run; and its
-selection again under the sweep's own policy with overrides on top.
+config again under the sweep's own policy with overrides on top (selector.sweep.reselect selects with
+it; selector.sweep.comparison reads each side of a comparison through here).
 
 `selector select` and the Python API (selector.load, SweepResult.select) both go through here.
 """
@@ -16,10 +17,8 @@ from typing import Any
 
 from selector.config import SelectorConfig
 from selector.errors import ConfigError, UserError
-from selector.report.compare import Side
 from selector.records import RunRecord
 from selector.sweep.state import SweepState, has_state, read_state
-from selector.verdicts import Selection
 
 log = logging.getLogger("selector.sweep.stored")
 RUN_ID = re.compile(r"[0-9a-f]{32}")  # an MLflow run id
@@ -143,25 +142,6 @@ def _over_defaults(partial: dict[str, Any]) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.merge(to_dict(compose([])), known))  # type: ignore[return-value]
 
 
-def select_again(stored: StoredSweep, cfg: SelectorConfig, out: Path | None) -> tuple[Selection, dict[str, Path]]:
-    """The selection under cfg.policy and, when `out` is given, a new report there."""
-    from selector.report.samples import load_samples
-    from selector.selection import select
-    from selector.sweep.judging import report_context, select_and_report
-
-    if out is None:
-        return select(stored.records, cfg.policy), {}
-    samples = load_samples(stored.base) if stored.folder else None  # the outputs the report shows
-    context = report_context(cfg, stored.state, stored.base, 0.0)
-    if cfg.compare_to:  # the sweep named a predecessor: the new report compares with it too
-        from selector.report.compare import Side
-
-        context["comparison"] = compare_with(cfg, Side(stored.source, stored.records, stored.config or {},
-                                                       stored.state.parent_run_id,
-                                                       started_at=stored.state.started_at))
-    return select_and_report(stored.records, cfg, context, out, samples)
-
-
 def _check_floor_names(cfg: SelectorConfig, records: list[RunRecord], overrides: list[str]) -> None:
     """A floor given here must name a task the records measured (a typo would fail every variant)."""
     from selector.compose import given_keys
@@ -193,22 +173,3 @@ def _check_deploy(cfg: SelectorConfig, records: list[RunRecord], given: Any) -> 
         raise ConfigError("command line" if "policy.deploy_engine" in given else "the sweep's recorded policy",
                           "policy.deploy_engine", problem)
 
-
-def load_side(source: str, tracking_uri: str | None = None, output_dir: str | Path | None = None) -> Side:
-    """One side of a comparison: a sweep folder or an MLflow parent run id, read as from_source does."""
-    sweep = from_source(source, tracking_uri, output_dir)
-    config = sweep.config or sweep.records[0].config
-    return Side(str(source), sweep.records, config, sweep.state.parent_run_id,
-                sweep.state.tracking_uri, sweep.state.started_at)
-
-
-def compare_with(cfg: SelectorConfig, this: Any) -> dict[str, Any]:
-    """This sweep against the one it names (compare_to), for its report; a failure is said there."""
-    from selector.sweep.comparison import compare_sides
-
-    try:
-        before = load_side(str(cfg.compare_to), cfg.tracker.tracking_uri, cfg.output_dir)
-        return compare_sides(before, this)
-    except UserError as e:  # checked before the sweep started; the predecessor may have moved since
-        log.warning("%s", e)
-        return {"error": str(e), "a": {"label": cfg.compare_to}, "b": {"label": this.label}}

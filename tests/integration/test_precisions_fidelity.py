@@ -19,7 +19,7 @@ from selector.measure.fidelity import (
     probe_token_ids,
 )
 from selector import precisions
-from selector.sweep.reference import ensure_reference
+from selector.variant.reference import ensure_reference
 from selector.engines.inprocess.engine import HfEngineConfig, InProcessRunning
 from selector.tasks import load_evalset
 from selector.paths import DEFAULT_EVALSET

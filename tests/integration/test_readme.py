@@ -1,5 +1,6 @@
 """The README is executed: every shell snippet of its "Quick start", "Choosing what to sweep" and
-"Bring your own eval set" sections runs as written, so an example that stops working fails CI.
+"Bring your own eval set" sections runs as written, and the one-variant example of "From Python"
+(selector.evaluate), so an example that stops working fails CI.
 
 Only the cost is changed, never the text: a `python` placed first on PATH runs the real
 interpreter and, for a sweep (`python -m selector [overrides]`), appends a config override that
@@ -124,3 +125,24 @@ def test_quick_start(shim: dict[str, Path]) -> None:
     assert "Report: " in stdout and "MLflow: mlflow ui --backend-store-uri" in stdout
     dry = _ok(run_snippet("make -n test", ROOT, shim))
     assert "pytest" in dry
+
+
+def python_snippets(section: str) -> list[str]:
+    """A section's ```python blocks, in order."""
+    text = (ROOT / "README.md").read_text()
+    for part in re.split(r"^## ", text, flags=re.M)[1:]:
+        title, _, body = part.partition("\n")
+        if title.strip() == section:
+            return re.findall(r"^```python\n(.*?)^```", body, flags=re.M | re.S)
+    return []
+
+
+def test_from_python_one_variant(tmp_path: Path) -> None:
+    """selector.evaluate's example, as written (engine=scripted: nothing loads), in a fresh folder."""
+    [block] = [b for b in python_snippets("From Python") if "selector.evaluate(" in b]
+    result = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    stdout = _ok(result)
+    assert stdout.startswith("completed {") and "'sentiment': 1.0" in stdout, stdout
+    record = json.loads((tmp_path / "outputs" / "one-variant" / "record.json").read_text())
+    assert record["status"] == "completed" and set(record["tasks"]) == {"arithmetic", "code", "extraction", "sentiment"}

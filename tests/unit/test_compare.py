@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from selector.report.compare import Side, compare, config_diff, latency_noise, match_variants, verdict
+from selector.sweep.comparison import Side, compare_sweeps, config_diff, latency_noise, match_variants, verdict
 from selector.report.compare_view import changes_table, headline
 from selector.records import LoadLevel, MemoryResult, Percentiles, PerfResult, RunRecord, TaskResult, Variant
 
@@ -57,7 +57,7 @@ def test_latency_noise_is_each_runs_own_spread_with_a_relative_floor() -> None:
 
 def test_changes_are_judged_against_noise() -> None:
     # B: same items right, tail 40% slower at c=4, throughput 1% lower (measured once: within 5%).
-    comparison = compare(side("A", rec()), side("B", rec(e2e=1400, rps=1.98), delay=50))
+    comparison = compare_sweeps(side("A", rec()), side("B", rec(e2e=1400, rps=1.98), delay=50))
     assert comparison["variants"] == ["smol/bf16"] and comparison["only_a"] == comparison["only_b"] == []
     assert rows_of(comparison, "accuracy arith")["verdict"] == "same"
     slower = rows_of(comparison, "c=4 e2e p50")
@@ -71,10 +71,10 @@ def test_changes_are_judged_against_noise() -> None:
 
 
 def test_accuracy_within_the_paired_interval_is_noise_and_beyond_it_is_not() -> None:
-    one_flip = compare(side("A", rec(right=18)), side("B", rec(right=17)))
+    one_flip = compare_sweeps(side("A", rec(right=18)), side("B", rec(right=17)))
     assert rows_of(one_flip, "accuracy arith")["verdict"] == "within noise"
     assert "paired 95% CI over 20 items" in rows_of(one_flip, "accuracy arith")["noise_from"]
-    many = compare(side("A", rec(right=18)), side("B", rec(right=6)))
+    many = compare_sweeps(side("A", rec(right=18)), side("B", rec(right=6)))
     assert rows_of(many, "accuracy arith")["verdict"] == "worse"
 
 
@@ -85,7 +85,7 @@ def test_variants_match_by_name_then_by_model_and_precision() -> None:
     two = [rec(setting={"max_batch_size": 4}), rec(setting={"max_batch_size": 8})]
     assert match_variants([plain], two) == []  # which of the two is ambiguous
     with pytest.raises(ValueError, match="no completed variant in common: A has smol/bf16; B has smol/int8"):
-        compare(side("A", plain), side("B", rec("int8")))
+        compare_sweeps(side("A", plain), side("B", rec("int8")))
 
 
 def test_a_serving_only_change_uses_single_request_latency_as_the_control() -> None:
@@ -101,18 +101,18 @@ def test_a_serving_only_change_uses_single_request_latency_as_the_control() -> N
     # The machine was 30% slower during B: the single-request e2e (which a measure.load change
     # cannot move) went 500 -> 650 ms; the load level's e2e went 1000 -> 1250 ms (+25%): drift.
     a, b = with_single(rec(e2e=1000), 500), with_single(rec(e2e=1250), 650)
-    comparison = compare(side("A", a), side("B", b, delay=50))
+    comparison = compare_sweeps(side("A", a), side("B", b, delay=50))
     assert comparison["drift"] == {"smol/bf16": pytest.approx(0.3)}
     assert rows_of(comparison, "e2e (batch 1) p50")["verdict"] == "control"
     assert rows_of(comparison, "c=4 e2e p50")["verdict"] == "within drift"
     assert "within drift (only serving keys changed" in headline(comparison)
     # +60% is more than the machine explains.
-    worse = compare(side("A", a), side("B", with_single(rec(e2e=1600), 650), delay=50))
+    worse = compare_sweeps(side("A", a), side("B", with_single(rec(e2e=1600), 650), delay=50))
     assert rows_of(worse, "c=4 e2e p50")["verdict"] == "worse"
     # A change beyond serving (the seed) leaves no control: the single-request figures may move with it.
     other = side("B", b, delay=50)
     other.config["seed"] = 1
-    assert compare(side("A", a), other)["drift"] == {}
+    assert compare_sweeps(side("A", a), other)["drift"] == {}
 
 
 def test_a_comparison_is_attached_to_the_later_sweeps_mlflow_run(tmp_path) -> None:  # type: ignore[no-untyped-def]

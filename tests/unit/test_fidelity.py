@@ -13,8 +13,8 @@ from benchmarks.fidelity_topk import MIXES, SHIFTS, merged_top, mixed, shifted, 
 from selector.engines.spec import TopLogprobs
 from selector.measure.fidelity import (
     Reference,
-    compare,
     compare_all,
+    compare_full,
     compare_top,
     corpus_probes,
     load_reference,
@@ -46,14 +46,14 @@ def random_logp(rows: int, vocab: int, seed: int, scale: float = 3.0) -> torch.T
 
 def test_identical_distributions_have_zero_kl_and_full_agreement() -> None:
     logp = random_logp(5, 50, 0)
-    kl, agree = compare(reference_of(logp, 8), logp)
+    kl, agree = compare_full(reference_of(logp, 8), logp)
     assert torch.allclose(kl, torch.zeros(5, dtype=kl.dtype), atol=1e-12)
     assert agree.all()
 
 
 def test_bucketed_kl_is_exact_when_top_k_covers_the_vocabulary() -> None:
     p, q = random_logp(6, 20, 1), random_logp(6, 20, 2)
-    kl, _ = compare(reference_of(p, 20), q)
+    kl, _ = compare_full(reference_of(p, 20), q)
     assert torch.allclose(kl, full_kl(p, q), rtol=1e-9)
 
 
@@ -62,7 +62,7 @@ def test_bucketed_kl_is_a_lower_bound_that_tightens_with_k() -> None:
     full = full_kl(p, q)
     previous = torch.zeros(8, dtype=torch.float64)
     for k in (1, 4, 16, 64, 199):
-        kl, _ = compare(reference_of(p, k), q)
+        kl, _ = compare_full(reference_of(p, k), q)
         assert (kl <= full + 1e-9).all()
         assert (kl >= previous - 1e-9).all()  # finer buckets never lose information
         previous = kl
@@ -74,20 +74,20 @@ def test_kl_matches_a_hand_computed_case() -> None:
     q = torch.log(torch.tensor([[0.3, 0.5, 0.2]], dtype=torch.float64))
     # k=1: buckets {token 0} and {tokens 1, 2}: p = (0.5, 0.5), q = (0.3, 0.7)
     expected = 0.5 * math.log(0.5 / 0.3) + 0.5 * math.log(0.5 / 0.7)
-    kl, agree = compare(reference_of(p, 1), q)
+    kl, agree = compare_full(reference_of(p, 1), q)
     assert kl.item() == pytest.approx(expected, rel=1e-12)
     assert not agree.item()  # the variant prefers token 1
     q2 = torch.log(torch.tensor([[0.6, 0.2, 0.2]], dtype=torch.float64))
-    assert compare(reference_of(p, 1), q2)[1].item()
+    assert compare_full(reference_of(p, 1), q2)[1].item()
 
 
 def test_a_tie_at_the_top_is_agreement_whichever_token_argmax_names() -> None:
     """bf16 logits tie often: an identical model must agree everywhere, whatever argmax and topk pick."""
     logp = torch.log_softmax(torch.tensor([[2.0, 2.0, 0.0], [0.0, 3.0, 3.0]]), -1)
     ref = reference_of(logp, 2)
-    assert compare(ref, logp)[1].all()
+    assert compare_full(ref, logp)[1].all()
     flipped = torch.stack([logp[:, [1, 0, 2]][0], logp[:, [0, 2, 1]][1]])  # the tied tokens' order swapped
-    assert compare(ref, flipped)[1].all()
+    assert compare_full(ref, flipped)[1].all()
     ids = torch.tensor([[1, 0], [2, 1]])  # a server listing the other tied token first
     assert compare_top(ref, ids, logp.gather(-1, ids))[1].all()
 
@@ -95,14 +95,14 @@ def test_a_tie_at_the_top_is_agreement_whichever_token_argmax_names() -> None:
 def test_agreement_counts_positions_where_the_top_token_matches() -> None:
     p = torch.log_softmax(torch.tensor([[5.0, 0, 0], [0, 5.0, 0], [0, 0, 5.0], [5.0, 0, 0]]), -1)
     q = torch.log_softmax(torch.tensor([[5.0, 0, 0], [5.0, 0, 0], [0, 0, 5.0], [0, 5.0, 0]]), -1)
-    _, agree = compare(reference_of(p, 2), q)
+    _, agree = compare_full(reference_of(p, 2), q)
     assert agree.tolist() == [True, False, True, False]
 
 
 def test_a_baseline_with_no_mass_outside_top_k_gives_no_nan() -> None:
     p = torch.log(torch.tensor([[0.7, 0.3, 0.0, 0.0]], dtype=torch.float64))
     q = torch.log_softmax(torch.zeros(1, 4, dtype=torch.float64), -1)  # uniform 0.25
-    kl, _ = compare(reference_of(p, 2), q)
+    kl, _ = compare_full(reference_of(p, 2), q)
     # buckets: p = (0.7, 0.3, 0), q = (0.25, 0.25, 0.5); the empty rest bucket adds nothing
     assert kl.item() == pytest.approx(0.7 * math.log(0.7 / 0.25) + 0.3 * math.log(0.3 / 0.25), rel=1e-12)
 
@@ -117,7 +117,7 @@ def test_a_servers_top_k_gives_the_whole_figure_when_it_covers_the_vocabulary() 
     p, q = random_logp(6, 40, 11), random_logp(6, 40, 12)
     ref = reference_of(p, 16)
     kl, agree = compare_top(ref, *served_top(q, 40))
-    want_kl, want_agree = compare(ref, q)
+    want_kl, want_agree = compare_full(ref, q)
     assert torch.allclose(kl, want_kl, rtol=1e-9) and torch.equal(agree, want_agree)
 
 
@@ -126,7 +126,7 @@ def test_a_servers_top_k_is_a_lower_bound_that_tightens_with_k() -> None:
     distribution figure, which is never above the full-vocabulary KL."""
     p, q = random_logp(8, 300, 13, scale=2.0), random_logp(8, 300, 14, scale=2.0)
     ref = reference_of(p, 64)
-    whole, _ = compare(ref, q)
+    whole, _ = compare_full(ref, q)
     previous = torch.zeros(8, dtype=torch.float64)
     for k in (1, 5, 20, 100, 300):
         kl, _ = compare_top(ref, *served_top(q, k))
@@ -210,7 +210,7 @@ def test_the_served_figure_never_falls_while_the_full_kl_rises_over_the_shift_an
         for steps in ([shifted(base, s) for s in SHIFTS], [mixed(base, other, a) for a in MIXES]):
             full, served, before = served_sweep(steps, p, ref)
             for logits, f, x in zip(steps, full, served):
-                inprocess, _ = compare(ref, torch.log_softmax(logits, -1).float())
+                inprocess, _ = compare_full(ref, torch.log_softmax(logits, -1).float())
                 assert (x <= inprocess.double() + SERVED_SLACK).all() and (x <= f + SERVED_SLACK).all()
             assert falls_while_full_rises(full, served) <= SERVED_SLACK
             assert falls_while_full_rises(full, before) > 0.5 * max(float(t.mean()) for t in before)
@@ -224,7 +224,7 @@ def test_the_served_figure_lies_between_the_merged_one_and_the_whole_distributio
         p, q = random_logp(16, 400, seed, scale), random_logp(16, 400, seed + 100, scale)
         q = torch.where(torch.arange(16).unsqueeze(-1) % 2 == 0, q, 0.7 * p + 0.3 * q).log_softmax(-1)
         ref = reference_of(p, 64)
-        whole, _ = compare(ref, q)
+        whole, _ = compare_full(ref, q)
         for k in (1, 5, 20, 100):
             ids, logq = served_top(q, k)
             kl, _ = compare_top(ref, ids, logq, k=k)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from selector.sweep.supervise import LogTail
+from selector.variant.supervise import LogTail
 
 
 def test_lines_split_across_chunks_are_joined() -> None:
@@ -35,15 +35,15 @@ def test_progress_bar_carriage_returns_become_lines() -> None:
 
 
 def test_the_console_gets_selectors_lines_and_its_bar_not_the_libraries_output() -> None:
-    from selector.sweep.supervise import ConsoleFilter
+    from selector.variant.supervise import ConsoleFilter
 
     console = ConsoleFilter()
-    chunks = [b"[2026-12-01 10:00:00,1][selector.sweep.pipeline][INFO] - stage load: m/gptq\n",
+    chunks = [b"[2026-12-01 10:00:00,1][selector.variant.pipeline][INFO] - stage load: m/gptq\n",
               b"INFO  | gptqmodel | layer 3/28 | loss 0.0012\n", b"Loading weights: 50%|##   \r",
               b"\revaluate m/gptq:  10%|#   | 1/10", b"\revaluate m/gptq:  20%|##  | 2/10\n",
               b"[2026-12-01 10:00:01,2][gptqmodel][INFO] - packing\n",
               b"[2026-12-01 10:00:02,3][selector][WARN", b"ING] - fidelity: skipped\n", b"partial line, no end"]
     shown = "".join(console.feed(c) for c in chunks)
-    assert shown == ("[2026-12-01 10:00:00,1][selector.sweep.pipeline][INFO] - stage load: m/gptq\n"
+    assert shown == ("[2026-12-01 10:00:00,1][selector.variant.pipeline][INFO] - stage load: m/gptq\n"
                      "evaluate m/gptq:  10%|#   | 1/10\revaluate m/gptq:  20%|##  | 2/10\n"
                      "[2026-12-01 10:00:02,3][selector][WARNING] - fidelity: skipped\n")

@@ -90,7 +90,7 @@ def test_vllm_log_says_which_kernel_served_the_weights(tmp_path) -> None:
 
 
 def test_served_and_in_process_answers_compared_per_task() -> None:
-    from selector.sweep.agreement import accuracy_engine, compare
+    from selector.variant.agreement import accuracy_engine, engine_agreement
     from selector.records import SampleRecord
 
     def sample(task: str, i: int, output: str, score: float) -> SampleRecord:
@@ -99,7 +99,7 @@ def test_served_and_in_process_answers_compared_per_task() -> None:
     local = [sample("arith", 1, "42", 1.0), sample("arith", 2, "7", 0.0), sample("mc", 1, "positive", 1.0)]
     served = [sample("arith", 1, " 42\n", 1.0), sample("arith", 2, "8", 1.0), sample("mc", 1, "positive", 1.0),
               sample("mc", 2, "negative", 0.0)]  # mc-2: scored only through the server, not compared
-    got = compare(served, local)
+    got = engine_agreement(served, local)
     assert {t: (a.n, a.differ) for t, a in got.items()} == {"arith": (2, 1), "mc": (1, 0)}  # whitespace is no difference
     assert got["arith"].in_process_value == 0.5 and got["arith"].served_value == 1.0
     assert got["arith"].examples == [{"id": "arith-2", "target": "t", "in_process": "7", "served": "8",

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from selector.config import PolicyConfig
 from selector.report import render_terminal_summary, write_report
-from selector.report.compare import Side, compare
+from selector.sweep.comparison import Side, compare_sweeps
 from selector.report.render import render_comparison_markdown
 from selector.selection import select
 from selector.records import LoadLevel, MemoryResult, Percentiles, PerfResult, RunRecord, TaskResult, Variant
@@ -71,7 +71,7 @@ def test_load_section_renders_escaped_in_html_markdown_and_console(tmp_path: Pat
 def test_comparison_markdown_escapes_names_and_values() -> None:
     a = Side("A", [record(1, 710, 290, 0.5)], {"seed": 0, "experiment": "<i>e</i>"})
     b = Side("B", [record(1, 700, 250, 0.5)], {"seed": 0, "experiment": "<i>f</i>|g"})
-    md = render_comparison_markdown(compare(a, b))
+    md = render_comparison_markdown(compare_sweeps(a, b))
     assert "<i>" not in md and "<b>" not in md
     assert r"| experiment | &lt;i&gt;e&lt;/i&gt; | &lt;i&gt;f&lt;/i&gt;\|g |" in md
 

@@ -86,7 +86,7 @@ def test_plan_asks_the_new_backend(half: str, tiny: Path) -> None:
 
 
 def test_its_params_are_typed_and_checked_in_preflight(half: str, tiny: Path) -> None:
-    from selector.sweep.availability import check_precision
+    from selector.variant.availability import check_precision
 
     check_precision(config(tiny, half, mode="fast"))
     with pytest.raises(ConfigError) as err:
@@ -97,19 +97,19 @@ def test_its_params_are_typed_and_checked_in_preflight(half: str, tiny: Path) ->
 
 
 def test_keys_cover_calibration_because_it_says_it_calibrates(half: str, tiny: Path) -> None:
-    from selector.sweep.keys import variant_key
+    from selector.variant.keys import keys_of
 
     def key(backend: str, seed: int) -> str:
         cfg = config(tiny, backend, method="half" if backend == half else None)
         cfg.calibration = CalibrationConfig(seed=seed)
-        return variant_key(cfg, "evalset-hash")
+        return keys_of(cfg, "evalset-hash").variant
 
     assert key(half, 0) != key(half, 1)
     assert key("native", 0) == key("native", 1)  # native does not calibrate: its key ignores calibration
 
 
 def test_availability_asks_it(half: str, tiny: Path) -> None:
-    from selector.sweep.availability import availability
+    from selector.variant.availability import availability
 
     assert availability(config(tiny, half)) == (True, "")
     ok, why = availability(config(tiny, half, method="third"))

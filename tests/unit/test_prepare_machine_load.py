@@ -10,7 +10,7 @@ import sys
 import time
 
 from selector.measure.contention import CpuShare
-from selector.sweep.prepare import machine_load
+from selector.variant.prepare import machine_load
 
 SPIN = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass\n"
 

@@ -12,7 +12,7 @@ import pytest
 
 from selector.config import PolicyConfig
 from selector.search.sequential import floor_tests_for_policy
-from selector.sweep import evaluation
+from selector.variant import evaluation
 from selector.sweep.searched import savings
 from selector.sweep.state import PlannedEntry, SweepState
 from selector.tasks.task import Item, Task

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import pytest
 
-from selector.sweep.availability import gpu_device_files
+from selector.variant.availability import gpu_device_files
 
 
 def fresh_python(code: str) -> dict:  # type: ignore[type-arg]
@@ -48,7 +48,7 @@ def test_logging_quiets_transformers_imported_before_it() -> None:
 def test_no_gpu_device_files_means_no_cuda_without_importing_torch() -> None:
     seen = fresh_python(
         "import json, sys\n"
-        "from selector.sweep.availability import cuda_available\n"
+        "from selector.variant.availability import cuda_available\n"
         "print(json.dumps({'cuda': cuda_available(), 'torch': 'torch' in sys.modules}))\n")
     assert seen == {"cuda": False, "torch": False}
     import torch

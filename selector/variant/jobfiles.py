@@ -1,6 +1,6 @@
 """The job folder: what the sweep's side and the variant's worker process share, and nothing else.
 
-The sweep (supervise.py) writes `job.json` and starts `python -m selector.sweep.worker job.json`;
+The sweep (supervise.py) writes `job.json` and starts `python -m selector.variant.worker job.json`;
 the worker writes, as it goes, the stage it is in, every scored sample, the task results so far,
 and at the end `record.json`. Both sides import this module; neither imports the other.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from selector.config import SelectorConfig, to_dict
-from selector.records import RunRecord, TaskResult, Variant
+from selector.records import RunRecord, Status, TaskResult, Variant
 
 
 def now() -> str:
@@ -24,12 +24,12 @@ def now() -> str:
 def variant_of(cfg: SelectorConfig, setting: dict[str, Any] | None = None) -> Variant:
     """The variant a config describes (parameters from the config; the worker may fill them in
     from the loaded model). setting: the serving knobs the sweep varies (the sweep's side stamps
-    it on every record it keeps, selector.sweep.job)."""
+    it on every record it keeps, selector.variant.job)."""
     return Variant(model=cfg.model.name, precision=cfg.precision.name, family=cfg.model.family,
                    params=int(cfg.model.params_b * 1e9), setting=dict(setting or {}))
 
 
-def bare_record(cfg: SelectorConfig, key: str, status: str, reason: str = "", setting: dict[str, Any] | None = None,
+def bare_record(cfg: SelectorConfig, key: str, status: Status, reason: str = "", setting: dict[str, Any] | None = None,
                 **fields: object) -> RunRecord:
     """A record for a variant that produced none of its own (skipped, crashed, not needed)."""
     return RunRecord(key=key, variant=variant_of(cfg, setting), status=status, reason=reason, config=to_dict(cfg),
@@ -40,11 +40,12 @@ def bare_record(cfg: SelectorConfig, key: str, status: str, reason: str = "", se
 class Job:
     """What a worker is asked to do."""
 
-    config: dict  # type: ignore[type-arg]  # the variant's resolved config, as plain data
+    config: dict[str, Any]  # the variant's resolved config, as plain data
     key: str
+    evaluation_key: str  # its scored items' key (selector.variant.keys.keys_of, computed once by the caller)
     job_dir: Path
     is_reference: bool = False
-    baseline: dict | None = None  # type: ignore[type-arg]  # the baseline precision's config (for the fidelity reference)
+    baseline: dict[str, Any] | None = None  # the baseline precision's config (for the fidelity reference)
     reference_key: str | None = None  # the reference variant's evaluation key (adaptive non-inferiority)
 
 
@@ -62,7 +63,8 @@ class JobFiles:
         self.tasks = self.dir / "tasks.partial.json"
 
     def write_job(self, job: Job) -> Path:
-        self.job.write_text(json.dumps({"config": job.config, "key": job.key, "job_dir": str(job.job_dir.resolve()),
+        self.job.write_text(json.dumps({"config": job.config, "key": job.key, "evaluation_key": job.evaluation_key,
+                                        "job_dir": str(job.job_dir.resolve()),
                                         "is_reference": job.is_reference, "baseline": job.baseline,
                                         "reference_key": job.reference_key}))
         return self.job
@@ -90,5 +92,5 @@ class JobFiles:
 
 def read_job(path: Path) -> Job:
     spec = json.loads(Path(path).read_text())
-    return Job(spec["config"], spec["key"], Path(spec["job_dir"]), bool(spec.get("is_reference")),
+    return Job(spec["config"], spec["key"], spec["evaluation_key"], Path(spec["job_dir"]), bool(spec.get("is_reference")),
                spec.get("baseline"), spec.get("reference_key"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from selector.config import SelectorConfig, to_dict
 from selector.engines import engine_for
@@ -53,10 +53,23 @@ def evaluation_key(cfg: SelectorConfig, evalset_hash: str) -> str:
     return digest(material)
 
 
-def variant_key(cfg: SelectorConfig, evalset_hash: str) -> str:
-    """Everything that can change a variant's record: its evaluation, and how it is measured."""
+class Keys(NamedTuple):
+    variant: str  # the record's key (what resume and reuse look up)
+    evaluation: str  # the scored items' key (the item store's folder)
+
+
+def keys_of(cfg: SelectorConfig, evalset_hash: str) -> Keys:
+    """The variant's two keys, computed once (the sweep's preflight; selector.evaluate for one
+    variant) and handed to its run: the evaluation key goes into the variant key."""
+    evaluation = evaluation_key(cfg, evalset_hash)
+    return Keys(variant_key(cfg, evaluation), evaluation)
+
+
+def variant_key(cfg: SelectorConfig, evaluation: str) -> str:
+    """Everything that can change a variant's record: its evaluation (its evaluation key), and
+    how it is measured."""
     d = to_dict(cfg)
-    material = {"evaluation": evaluation_key(cfg, evalset_hash), "measure": d["measure"],
+    material = {"evaluation": evaluation, "measure": d["measure"],
                 "baseline": cfg.baseline_precision}
     measured = engine_for(cfg.engine).measure_material()  # its scheduling knobs change the measurements, not the scores
     if measured:
@@ -72,8 +85,3 @@ def _file_digest(path: str) -> str | None:
     found = find_path(path)
     return hashlib.sha256(found.read_bytes()).hexdigest()[:16] if found.is_file() else None
 
-
-def sweep_key(experiment: str, variant_keys: list[str], policy: dict[str, Any]) -> str:
-    """The same variants judged under another policy are another sweep (another parent run, with
-    its own floors as params); the variants' measurements are still reused."""
-    return digest({"experiment": experiment, "variants": sorted(variant_keys), "policy": policy})

@@ -24,24 +24,29 @@ from typing import Any, cast
 from selector.config import SelectorConfig, to_dict
 from selector.engines.served.process import reap_servers
 from selector.processes import die_with_parent, stop_group
-from selector.sweep.jobfiles import Job, JobFiles, bare_record
+from selector.variant.jobfiles import Job, JobFiles, bare_record
 from selector.records import ErrorInfo, RunRecord
 
-log = logging.getLogger("selector.sweep.supervise")
+log = logging.getLogger("selector.variant.supervise")
 LOG_TAIL_LINES = 200  # a native crash prints a long module list after the useful lines
 FAILURE_TAIL_LINES = 25  # shown on the console when a variant fails (all of them are in its record)
 
 
-def run_variant(cfg: SelectorConfig, key: str, job_dir: Path, extra_config: dict[str, Any],
+def record_store(cfg: SelectorConfig) -> Path:
+    """Completed records by variant key: resume works without a tracker too."""
+    return Path(cfg.output_dir) / "records"
+
+
+def run_variant(cfg: SelectorConfig, key: str, evaluation_key: str, job_dir: Path, extra_config: dict[str, Any],
                 is_reference: bool = False, baseline: dict[str, Any] | None = None,
                 reference_key: str | None = None) -> RunRecord:
     """Run the variant in its own worker process and return its record (a failed one when the
     worker dies, hangs past the time limit or exits without writing one)."""
     files = JobFiles(job_dir)
     files.clear()
-    spec = files.write_job(Job(to_dict(cfg), key, files.dir, is_reference, baseline, reference_key))
+    spec = files.write_job(Job(to_dict(cfg), key, evaluation_key, files.dir, is_reference, baseline, reference_key))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "selector.sweep.worker", str(spec)],
+        [sys.executable, "-m", "selector.variant.worker", str(spec)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # Ctrl-C reaches the sweep, which then stops the worker cleanly

@@ -5,7 +5,9 @@
 Each stage is a call on the variant's running engine (selector/engines: in-process transformers, or
 a server the harness starts or attaches to), so every engine is evaluated and measured the same way
 and nothing here asks which one runs. Preparing (converting, quantizing, the fidelity reference)
-happens in a child process of its own, only when the cache lacks something (sweep/prepare.py).
+happens in a child process of its own, only when the cache lacks something (variant/prepare.py).
+What the running engine says of itself (kernel, server, memory) goes into the record through
+variant/recording.py; a server's answers beside in-process ones through variant/in_process.py.
 
 Everything it learns is written to the job folder as it goes: the current stage, each scored
 sample, and at the end the record, so a crash loses nothing already measured and the parent can
@@ -29,18 +31,21 @@ from selector.errors import UnavailableError
 from selector.measure.contention import CpuShare
 from selector.plan.estimate import planned_weight_bytes
 from selector.records import ErrorInfo, PeakMemory, PerfResult, RunRecord, SampleRecord
-from selector.sweep import evaluation
-from selector.sweep.device import resolve_device
-from selector.sweep.faults import maybe_inject
-from selector.sweep.jobfiles import JobFiles, now, variant_of
+from selector.variant import evaluation
+from selector.variant.device import resolve_device
+from selector.variant.faults import maybe_inject
+from selector.variant.in_process import answer_in_process, record_agreement
+from selector.variant.jobfiles import JobFiles, now, variant_of
+from selector.variant.recording import record_info, record_running
 
-log = logging.getLogger("selector.sweep.pipeline")
+log = logging.getLogger("selector.variant.pipeline")
 
 
 class VariantRun:
-    def __init__(self, cfg: SelectorConfig, key: str, job_dir: Path, is_reference: bool = False,
+    def __init__(self, cfg: SelectorConfig, key: str, evaluation_key: str, job_dir: Path, is_reference: bool = False,
                  baseline: dict[str, Any] | None = None, reference_key: str | None = None) -> None:
         self.cfg, self.key, self.is_reference = cfg, key, is_reference
+        self.evaluation_key = evaluation_key  # computed once, by whoever planned the variant (keys.keys_of)
         self.baseline = baseline  # the baseline precision's config, as the sweep's preflight composed it
         self.reference_key = reference_key  # the reference variant's evaluation key (non_inferiority)
         self.files = JobFiles(job_dir)
@@ -122,8 +127,11 @@ class VariantRun:
             return
         if self.engine.needs_checkpoint:
             self._prepare(device, tasks)
+        compared = None
         comparison = self.engine.in_process_comparison()  # engine.compare_in_process, as the engine reads it
-        compared = self._evaluate_in_process(comparison, device, tasks) if comparison is not None else None
+        if comparison is not None:
+            with self.timed("evaluate_in_process"):
+                compared = answer_in_process(comparison, cfg, device, self.files.dir, tasks)
         with self.timed("load"):  # the engine loads the variant once: in this process, or in its server
             planned = int(planned_weight_bytes(cfg, device.split(":")[0])[0])
             running = self.engine.start(StartContext(cfg, device, self.files.dir, tasks, planned))
@@ -131,7 +139,8 @@ class VariantRun:
             try:
                 self._scenario(running, tasks, device, compared)
             finally:  # what it held and what ran it, whatever happened (a server that died: until then)
-                self._record_running(running, device)
+                record_running(self.record, running, self.engine, cfg, device, self.tasks, self.phases.get("prepare"),
+                               self.quantized_here)
         self.record.environment["machine_load"] = share.as_dict()
 
     def _scenario(self, running: Running, tasks: list[Any], device: str, compared: Any) -> None:
@@ -139,11 +148,13 @@ class VariantRun:
         from selector.measure.perf import measure_perf
 
         cfg = self.cfg
-        self._record_info(running)
+        record_info(self.record, running, self.quantized_here)
         with self.timed("evaluate"):
             self.evaluate(running, tasks)
         if compared is not None:
-            self._compare_engines(*compared)
+            results, samples = compared
+            record_agreement(self.record, self.files.samples, results, samples, cfg.policy.deploy_engine,
+                             self.engine.in_process_comparison())
         if self.decision is not None:  # stopped early: what it weighs, and nothing else to measure
             if cfg.measure.fidelity and cfg.precision.name == cfg.baseline_precision and not self._spares_siblings():
                 with self.timed("fidelity"):  # but a baseline still leaves its siblings their reference
@@ -165,15 +176,13 @@ class VariantRun:
     def _spares_siblings(self) -> bool:
         """A stopped baseline too far below a floor for any quantized copy to pass it: the search
         will not run its siblings (search.sibling_margin), so none needs its fidelity reference."""
-        from selector.sweep.outcomes import stopped_shortfall
-
         search = self.cfg.search
-        shortfall = stopped_shortfall(self.record)
+        shortfall = evaluation.stopped_shortfall(self.record)
         return (search.strategy == "adaptive" and not search.complete and search.sibling_margin is not None
                 and shortfall is not None and shortfall.gap > search.sibling_margin)
 
     def _check_available(self, device: str) -> None:
-        from selector.sweep.availability import availability
+        from selector.variant.availability import availability
 
         ok, why = availability(self.cfg, device)
         if not ok:
@@ -182,7 +191,7 @@ class VariantRun:
     def _prepare(self, device: str, tasks: list[Any]) -> None:
         """Convert, quantize and compute the fidelity reference in a process of its own, when any is missing."""
         from selector.precisions import get_backend
-        from selector.sweep.prepare import prepare_in_child, reasons_to_prepare
+        from selector.variant.prepare import prepare_in_child, reasons_to_prepare
 
         reasons = reasons_to_prepare(self.cfg, get_backend(self.cfg.precision.backend), tasks)
         if not reasons:
@@ -196,59 +205,13 @@ class VariantRun:
         self.record.preparation = "built" if prepared.made else "cache"  # the child may only have found it all
         self.quantized_here = "artifact" in prepared.made
 
-    def _record_info(self, running: Running) -> None:
-        """What runs the variant: its quantization, kernel, server, and what loading noted."""
-        info = running.info()
-        self.variant.params = self.variant.params or info.params
-        self.record.kernel, self.record.serving = info.kernel, info.serving
-        if info.quant is not None:
-            self.record.quant = quant = info.quant
-            quant.notes = list(dict.fromkeys([*quant.notes, *info.notes]))
-            if self.quantized_here:  # the engine loaded it from the cache, where this run's preparation put it
-                quant.cached = False
-                quant.notes = [n for n in quant.notes if not n.startswith("reused cached artifact")]
-            if quant.quantize_s and not quant.cached:  # a stage of this run; a cached artifact's took place before
-                self.record.timings_s["quantize"] = quant.quantize_s
-        if self.record.perf is not None and info.compiled is not None:
-            self.record.perf.compiled, self.record.perf.compile_s = info.compiled, info.compile_s
-            self.record.perf.compile_note = info.compile_note
-
-    def _record_running(self, running: Running, device: str) -> None:
-        try:
-            self._record_info(running)  # again: a server's requests served, the fast path's compile time
-            memory = running.memory()
-        except Exception as e:  # never a reason to lose what was measured before
-            log.warning("no memory figures for %s: %s: %s", self.variant.name, type(e).__name__, e)
-            return
-        memory.prepare = self.phases.get("prepare")
-        runtime = memory.runtime_rss_bytes if self.engine.in_process else self.engine.planned_runtime_bytes(device)
-        memory.planned_serving_bytes = self._planned_serving(running, device, runtime)
-        self.record.memory = memory
-
-    def _planned_serving(self, running: Running, device: str, runtime_bytes: int | None) -> int | None:
-        """plan's estimate of the serving peak, at the shapes this variant ran, beside the measured one."""
-        from selector.plan.estimate import serving_bytes, serving_shape
-
-        if running.tokenizer is None:
-            return None
-        try:
-            batch, context = serving_shape(self.cfg, self.tasks, running.encode)
-            return serving_bytes(self.cfg, device, batch=batch, context=context, runtime_bytes=runtime_bytes,
-                                 copies=self.engine.copies())
-        except Exception as e:  # an estimate beside the figure: never a reason to lose the figure
-            log.warning("no plan estimate of the serving peak: %s: %s", type(e).__name__, e)
-            return None
-
     def _prepare_evaluation(self, tasks: list[Any]) -> None:
         """The item store of this variant's evaluation key, and the floors' tests when it may stop early."""
         from selector.search.sequential import floor_tests_for_policy
-        from selector.sweep.keys import evaluation_key
-        from selector.tasks import evalset_hash
 
         cfg = self.cfg
-        key = evaluation_key(cfg, evalset_hash(tasks))
-        self.record.config["evaluation_key"] = key
-        self.store = evaluation.ItemStore(cfg.output_dir, key)
+        self.record.config["evaluation_key"] = self.evaluation_key
+        self.store = evaluation.ItemStore(cfg.output_dir, self.evaluation_key)
         self.stopper, self.reference = None, None
         if cfg.search.strategy != "adaptive" or not cfg.search.stop_early:
             return
@@ -315,41 +278,6 @@ class VariantRun:
                                    model_prompt_style=self.cfg.model.prompt_style,
                                    confidence=self.cfg.policy.confidence, progress=bar.update)
         return samples
-
-    # ---- a server's answers against the same checkpoint in-process (engine.compare_in_process) ----
-    def _evaluate_in_process(self, engine: Any, device: str, tasks: list[Any]) -> tuple[dict[str, Any], list[SampleRecord]]:
-        """Every item through the engine's in-process comparison (Engine.in_process_comparison), before
-        the server starts, for the comparison with the served answers; its samples are kept beside the served ones."""
-        from selector.tasks import evaluate_task
-
-        cfg = self.cfg
-        with self.timed("evaluate_in_process"), engine.start(
-                StartContext(cfg, device, self.files.dir, tasks)) as local:
-            results, samples = {}, []
-            for task in tasks:
-                results[task.name], got = evaluate_task(local, task, model_name=cfg.model.name,
-                                                        model_prompt_style=cfg.model.prompt_style,
-                                                        confidence=cfg.policy.confidence)
-                samples += got
-        (self.files.dir / "samples.in_process.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in samples))
-        return results, samples
-
-    def _compare_engines(self, results: dict[str, Any], samples: list[SampleRecord]) -> None:
-        """record.agreement, and the in-process accuracy in record.tasks when the policy deploys on
-        transformers (policy.deploy_engine=hf): the verdict uses the engine people will run."""
-        from selector.sweep.agreement import accuracy_engine, compare
-
-        record = self.record
-        served = [SampleRecord.model_validate_json(line) for line in self.files.samples.read_text().splitlines() if line]
-        record.agreement = compare(served, samples)
-        decides = accuracy_engine(self.cfg.policy.deploy_engine, self.engine.in_process_comparison())
-        record.config["accuracy_engine"] = decides
-        if decides == "in_process":
-            record.tasks = {name: results[name] for name in record.tasks if name in results}
-        for task, a in record.agreement.items():
-            log.info("%s %s: %d of %d answers differ between in-process and served (%s decides)",
-                     self.variant.name, task, a.differ, a.n, decides)
-
 
 def _one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()

@@ -24,7 +24,7 @@ def accuracy_engine(deploy_engine: str | None, in_process: Any) -> str:
     return "in_process" if in_process is not None and in_process.is_deploy_engine(deploy_engine) else "served"
 
 
-def compare(served: Iterable[SampleRecord], in_process: Iterable[SampleRecord]) -> dict[str, EngineAgreement]:
+def engine_agreement(served: Iterable[SampleRecord], in_process: Iterable[SampleRecord]) -> dict[str, EngineAgreement]:
     """Per task, over the items scored both ways: how many answers differ (the output text, or the
     multiple-choice pick, compared after stripping whitespace), with the first few as examples."""
     local = {(s.task, s.id): s for s in in_process}
@@ -43,3 +43,4 @@ def compare(served: Iterable[SampleRecord], in_process: Iterable[SampleRecord]) 
             examples=[{"id": a.id, "target": a.target, "in_process": a.output[:200], "served": b.output[:200],
                        "in_process_score": a.score, "served_score": b.score} for a, b in differ[:EXAMPLES]])
     return out
+

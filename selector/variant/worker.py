@@ -1,4 +1,4 @@
-"""The variant's own process: `python -m selector.sweep.worker <job folder>/job.json`.
+"""The variant's own process: `python -m selector.variant.worker <job folder>/job.json`.
 
 One process per variant returns all its memory when it ends, and a segfault, a CUDA error or an
 out-of-memory kill there cannot take the sweep down: the sweep's side (supervise.py) sees the exit
@@ -39,19 +39,17 @@ def interrupt_on_sigterm() -> None:
 
 
 def main(argv: list[str]) -> int:
-    from selector.compose import config_from_dict
     from selector.logs import setup_logging
-    from selector.sweep.jobfiles import read_job
-    from selector.sweep.pipeline import VariantRun
+    from selector.variant.jobfiles import read_job
+    from selector.variant.run import run_here
 
     setup_logging()
     interrupt_on_sigterm()
     faulthandler.enable()  # a segfault prints the Python stack to stderr (captured into worker.log)
     job = read_job(Path(argv[0]))
-    cfg = config_from_dict(job.config)
-    limit_memory(cfg.memory_limit_gb)
-    record = VariantRun(cfg, job.key, job.job_dir, job.is_reference, job.baseline, job.reference_key).run()
-    logging.getLogger("selector.sweep.worker").info("variant %s: %s", record.name, record.status)
+    limit_memory(job.config.get("memory_limit_gb"))
+    record = run_here(job)  # what selector.evaluate runs in the caller's process
+    logging.getLogger("selector.variant.worker").info("variant %s: %s", record.name, record.status)
     return 0
 
 

@@ -13,6 +13,7 @@ The grid scores every item of a task in one call, which batches best.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -22,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
-from selector.records import SampleRecord, SearchInfo
+from selector.config import SelectorConfig
+from selector.records import RunRecord, SampleRecord, SearchInfo
+from selector.search.driver import Shortfall
 from selector.tasks.metrics import InvalidScoreError, check_score
 
 if TYPE_CHECKING:
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
     from selector.engines.spec import Running
 
 Evaluate = Callable[[Any, list[str]], list[SampleRecord]]  # (task, item ids) -> scored samples
-log = logging.getLogger("selector.sweep.evaluation")
+log = logging.getLogger("selector.variant.evaluation")
 
 
 class ItemStore:
@@ -185,3 +188,26 @@ def noise_floor(running: Running, tasks: Any, cfg: SelectorConfig, scored: dict[
             result, _ = evaluate_task(engine, task, cfg.model.name, cfg.model.prompt_style)
             values[task.name].append(result.value)
     return {name: round(max(v) - min(v), 6) for name, v in values.items()}
+
+
+@functools.lru_cache(maxsize=8)
+def evalset_of(path: str, tasks: tuple[str, ...] | None, limit: int | None) -> tuple[Any, str]:
+    from selector.tasks import evalset_hash, load_evalset
+
+    loaded = load_evalset(path, list(tasks) if tasks else None, limit)
+    return loaded, evalset_hash(loaded)
+
+
+def load_tasks(cfg: SelectorConfig) -> tuple[Any, str]:
+    """The eval set's tasks and content hash (loaded once per distinct eval set)."""
+    return evalset_of(cfg.evalset.path, tuple(cfg.evalset.tasks) if cfg.evalset.tasks else None, cfg.evalset.limit)
+
+
+def stopped_shortfall(record: RunRecord) -> Shortfall | None:
+    """The anytime bound a variant was stopped with, when a floor (not a margin) stopped it."""
+    info = record.search
+    if info is None or info.floor is None or info.bound is None or not info.task:
+        return None
+    result = record.tasks.get(info.task)
+    higher = result.higher_is_better if result is not None else True
+    return Shortfall(info.task, info.bound, info.floor, higher, anytime=True)

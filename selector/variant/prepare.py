@@ -4,7 +4,7 @@ Converting a GGUF to safetensors, quantizing with calibration data and computing
 reference (the baseline precision's next-token distributions) all need far more memory than
 serving the result: a 1.5B model's GPTQ pass peaks near 11 GB on CPU, and the bf16 baseline a
 4-bit variant is compared with is twice its size. The worker runs them here, in a child process
-(`python -m selector.sweep.prepare <request.json>`), before it loads the variant; the child's own
+(`python -m selector.variant.prepare <request.json>`), before it loads the variant; the child's own
 peak is the variant's *preparation peak* (what the machine that makes the artifact needs) and
 everything it made lands in the cache, where the worker then loads it as production would.
 
@@ -29,7 +29,7 @@ from selector.errors import UnavailableError
 from selector.processes import skip_exit_collection
 from selector.records import PeakMemory
 
-log = logging.getLogger("selector.sweep.prepare")
+log = logging.getLogger("selector.variant.prepare")
 
 
 @dataclass
@@ -75,7 +75,7 @@ def prepare_in_child(cfg: SelectorConfig, baseline: dict[str, Any] | None, job_d
     result = Path(job_dir) / "prepare.json"
     result.unlink(missing_ok=True)
     request.write_text(json.dumps({"config": to_dict(cfg), "baseline": baseline, "result": str(result)}))
-    proc = subprocess.run([sys.executable, "-m", "selector.sweep.prepare", str(request)], check=False)
+    proc = subprocess.run([sys.executable, "-m", "selector.variant.prepare", str(request)], check=False)
     outcome = json.loads(result.read_text()) if result.exists() else None
     if outcome is None:
         how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
@@ -115,7 +115,7 @@ def prepare(cfg: SelectorConfig, baseline: dict[str, Any] | None, device: str,
         did.append(f"artifact {Path(str(prepared.artifact_dir)).name} ({'quantized' if quantized else 'cached'})")
     if _wants_reference(cfg):
         from selector.measure.fidelity import reference_exists
-        from selector.sweep.reference import ensure_reference
+        from selector.variant.reference import ensure_reference
         from selector.precisions.loading import load_tokenizer
 
         # made by the baseline's own run when it ran first: loading the baseline again would only find it
@@ -142,7 +142,7 @@ def main(argv: list[str]) -> int:
     from selector.logs import setup_logging
     from selector.measure.contention import CpuShare
     from selector.resources.memory import peak_rss_bytes
-    from selector.sweep.device import resolve_device
+    from selector.variant.device import resolve_device
 
     setup_logging()
     request = json.loads(Path(argv[0]).read_text())
