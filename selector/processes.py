@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Callable
+
+log = logging.getLogger("selector.processes")
 
 
 def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> Callable[[], None]:
@@ -58,3 +62,17 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:  # type: 
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
             return
+
+
+def reap_servers(job_dir: Path) -> list[int]:
+    """SIGKILL the process group of every server a worker left running in job_dir (its *.pgid
+    files): the worker was killed, or died, before it could stop them. Returns the groups killed."""
+    killed = []
+    for f in Path(job_dir).glob("*.pgid"):
+        with contextlib.suppress(ValueError, OSError):
+            pgid = int(f.read_text().strip())
+            if signal_group(pgid, signal.SIGKILL):
+                killed.append(pgid)
+                log.warning("killed server process group %d, left running by the variant's worker", pgid)
+        f.unlink(missing_ok=True)
+    return killed

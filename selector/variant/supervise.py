@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from selector.config import SelectorConfig, to_dict
-from selector.engines.served.process import reap_servers
+from selector.processes import reap_servers
 from selector.processes import die_with_parent, stop_group
 from selector.variant.jobfiles import Job, JobFiles, bare_record
 from selector.records import ErrorInfo, RunRecord

@@ -88,7 +88,7 @@ def test_interrupted_it_gets_a_short_grace_then_sigkill(tmp_path: Path) -> None:
 
 
 def test_a_server_its_worker_left_behind_is_reaped(tmp_path: Path) -> None:
-    from selector.engines.served.process import reap_servers
+    from selector.processes import reap_servers
 
     server, pid_file = start(tmp_path, mode="stubborn")
     server.start()  # started, never stopped: as when the worker that started it is killed

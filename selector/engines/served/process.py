@@ -113,7 +113,7 @@ class ServerProcess:
     @property
     def pgid_file(self) -> Path:
         """Names the server's process group while it runs, so the sweep can kill the group if the
-        worker dies without stopping it (reap_servers)."""
+        worker dies without stopping it (selector.processes.reap_servers)."""
         return self.log_path.with_suffix(".pgid")
 
     def start(self) -> None:
@@ -226,20 +226,6 @@ class ServerProcess:
         except OSError:
             return ""
         return f"; last lines of {self.log_path}:\n" + "\n".join(tail) if tail else ""
-
-
-def reap_servers(job_dir: Path) -> list[int]:
-    """SIGKILL the process group of every server a worker left running in job_dir (its *.pgid
-    files): the worker was killed, or died, before it could stop them. Returns the groups killed."""
-    killed = []
-    for f in Path(job_dir).glob("*.pgid"):
-        with contextlib.suppress(ValueError, OSError):
-            pgid = int(f.read_text().strip())
-            if signal_group(pgid, signal.SIGKILL):
-                killed.append(pgid)
-                log.warning("killed server process group %d, left running by the variant's worker", pgid)
-        f.unlink(missing_ok=True)
-    return killed
 
 
 def _still_running(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
