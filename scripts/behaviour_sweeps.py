@@ -20,7 +20,7 @@ cache and local MLflow store, sqlite:///OUT/<name>/mlflow.db), its console in OU
             each, a small load test with vLLM's /metrics split, the in-process agreement; the default
             floors, which no variant meets.
 
-The tiny models are built once into --models (default /tmp/behaviour/models) and reused by every
+The tiny models are built once into --models (default outputs/behaviour-models) and reused by every
 later run, so before and after score the very same weights. Every sweep runs with threads=1, a
 fixed item order (search.seed) and a fresh cache of its own, so two runs of one commit start from
 the same state: OUT/<name> must not exist yet (a sweep into an output folder that holds records
@@ -109,7 +109,7 @@ def run_sweep(name: str, overrides: tuple[str, ...], out: Path, conf: Path) -> t
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="an output folder (new, or one to add sweeps to)")
-    parser.add_argument("--models", type=Path, default=Path("/tmp/behaviour/models"),
+    parser.add_argument("--models", type=Path, default=ROOT / "outputs" / "behaviour-models",
                         help="where the tiny models are built once and kept (default: %(default)s)")
     parser.add_argument("--only", default=",".join(SWEEPS), help="sweeps to run, comma separated (default: all)")
     args = parser.parse_args(argv)
