@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from selector.config import EngineConfig
 from selector.generation import (Evaluator, Generation, GenerationRequest, Loglikelihood, LoglikelihoodRequest,
                                  Progress, Prompt, encode_prompt)
-
 from selector.trace import RequestTrace
 
 if TYPE_CHECKING:
