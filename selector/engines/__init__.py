@@ -21,7 +21,6 @@ from selector.registry import Registry
 
 if TYPE_CHECKING:
     from selector.config import EngineConfig
-    from selector.engines.spec import Engine
 
 ENGINES: Registry = Registry("engine kind")
 ENGINES.register("hf", "selector.engines.inprocess.engine:InProcessEngine")

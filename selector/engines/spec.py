@@ -276,7 +276,7 @@ class Engine(abc.ABC, Generic[C]):
         concurrency: the level's requests in flight (None: a rate). This default: server_advice."""
         return server_advice(layer)
 
-    def in_process_comparison(self) -> Engine | None:
+    def in_process_comparison(self) -> Engine[Any] | None:
         """The in-process engine a served variant's answers are compared with on the same checkpoint
         (engine.compare_in_process: record.agreement), or None: no comparison."""
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selector.config import PolicyConfig
 from selector.selection.checks import WEIGHTED, check_task
@@ -12,6 +12,9 @@ from selector.selection.precision import record_bits
 from selector.selection.ranking import OBJECTIVE_TEXT, Ranking, format_objective
 from selector.records import RunRecord
 from selector.verdicts import Check
+
+if TYPE_CHECKING:
+    from selector.engines.spec import Engine
 
 SMALL_N = 30  # below this many items a task's interval is wide; say so
 MAX_EVIDENCE_TASKS = 6  # keep the sentence readable
@@ -244,7 +247,7 @@ def _noise(evidence: dict[str, Evidence], ranking: Ranking, noise_floor: dict[st
     return out
 
 
-def record_engine(record: RunRecord) -> Any | None:
+def record_engine(record: RunRecord) -> Engine[Any] | None:
     """The engine (selector.engines.spec.Engine) that served the record, or None for a record from a
     selector with engines this one does not know."""
     from selector.engines import engine_for

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from selector.engines.spec import Engine
 from selector.records import EngineAgreement, SampleRecord
 
 EXAMPLES = 3
 
 
-def accuracy_engine(deploy_engine: str | None, in_process: Any) -> str:
+def accuracy_engine(deploy_engine: str | None, in_process: Engine[Any] | None) -> str:
     """"in_process" when policy.deploy_engine names the in-process engine the answers were compared
     with (`in_process`: the served engine's Engine.in_process_comparison, asked with
     Engine.is_deploy_engine: deploy_engine=hf), else "served": without a deploy_engine the sweep's own

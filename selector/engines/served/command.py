@@ -59,7 +59,7 @@ class CommandEngine(Engine[CommandEngineConfig]):
     def weights_held(self) -> str:
         return "unknown"  # whatever the command starts holds them its own way
 
-    def in_process_comparison(self) -> Any:
+    def in_process_comparison(self) -> Engine[Any] | None:
         return in_process_comparison(self.config)
 
     def prefix_cache(self) -> str:

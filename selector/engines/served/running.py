@@ -22,7 +22,7 @@ import httpx
 
 from selector.config import EngineConfig
 from selector.generation import Evaluator, Generation, GenerationRequest, Loglikelihood, LoglikelihoodRequest, Progress
-from selector.engines.spec import Batching, Channel, EngineInfo, Range, Running, StartContext, TopLogprobs
+from selector.engines.spec import Batching, Channel, Engine, EngineInfo, Range, Running, StartContext, TopLogprobs
 from selector.errors import ConfigError, UnavailableError
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class StartedServerConfig(ServerConfig):
     compare_in_process: bool = False
 
 
-def in_process_comparison(config: StartedServerConfig) -> Any:
+def in_process_comparison(config: StartedServerConfig) -> Engine[Any] | None:
     """The in-process engine at engine=hf's defaults when config.compare_in_process asks for the
     comparison (a started server's Engine.in_process_comparison), else None."""
     if not config.compare_in_process:

@@ -102,7 +102,7 @@ class VllmEngine(Engine[VllmEngineConfig]):
     def copies(self) -> int:
         return self.config.vllm.instances
 
-    def in_process_comparison(self) -> Any:
+    def in_process_comparison(self) -> Engine[Any] | None:
         return in_process_comparison(self.config)
 
     def prefix_cache(self) -> str:
