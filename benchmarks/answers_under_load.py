@@ -30,8 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (RESULTS_DIR, NeighbourCpu, load_average, machine_when_quiet, run_sweep, say,
-                               write_results)
+from benchmarks.common import (RESULTS_DIR, NeighbourCpu, load_average, machine_lines, machine_when_quiet, run_sweep,
+                               say, write_results)
 
 ROOT = Path(__file__).resolve().parent.parent
 EVALSETS = {"default": "evalsets/default", "support": str(ROOT / "benchmarks" / "evalsets" / "support")}
@@ -142,12 +142,9 @@ def pval(p: float | None) -> str:
 def markdown(data: dict[str, Any]) -> str:
     from selector.report.render import md_text
 
-    a, m = data["args"], data["machine"]
+    a = data["args"]
     lines = [f"# Answers under load: {a['model']} ({a['precisions']}) on engine={a['engine']}", "",
-             f"- machine: {m.get('cpu', '')}, {m.get('cores', '')} cores, {a['threads']} threads; load average "
-             f"{data['load_before']} before, {data['load_after']} after; other processes kept "
-             f"{data['neighbours']['others_busy_cores']} cores busy on average during the runs",
-             f"- quiet check before measuring: {m.get('quiet_check', 'not asked (--max-load)')}",
+             *machine_lines(data, f"{a['threads']} threads"),
              f"- {'vLLM eager (--enforce-eager: a check, not a measurement)' if a['enforce_eager'] else 'as deployed'}",
              "- each level compares every answer with the same variant's answer at rest (its evaluation, through "
              "the same server); accuracy over items; paired test per item: McNemar's exact test (0/1 scores) or "

@@ -27,8 +27,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (RESULTS_DIR, NeighbourCpu, load_average, machine_when_quiet, run_sweep, say,
-                               write_results)
+from benchmarks.common import (RESULTS_DIR, NeighbourCpu, load_average, machine_lines, machine_when_quiet, run_sweep,
+                               say, write_results)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -153,12 +153,9 @@ def money(x: float | None) -> str:
 
 
 def markdown(data: dict[str, Any]) -> str:
-    a, m = data["args"], data["machine"]
+    a = data["args"]
     lines = [f"# Capacity at p95 e2e <= {a['slo_ms'] / 1000:g} s: {a['model']} on vLLM (CPU)", "",
-             f"- machine: {m.get('cpu', '')}, {m.get('cores', '')} cores, {a['threads']} threads for vLLM; load average "
-             f"{data['load_before']} before, {data['load_after']} after; other processes kept "
-             f"{data['neighbours']['others_busy_cores']} cores busy on average during the run",
-             f"- quiet check before measuring: {m.get('quiet_check', 'not asked (--max-load)')}",
+             *machine_lines(data, f"{a['threads']} threads for vLLM"),
              f"- vLLM {'eager (--enforce-eager: a check, not a measurement)' if a['enforce_eager'] else 'compiled'}",
              f"- command: `{data['command']}`",
              f"- sweep wall time: {data['wall_s']:.0f} s ({data['wall_s'] / 60:.1f} min)", "",

@@ -148,6 +148,16 @@ def machine(threads: int) -> dict[str, Any]:
     }
 
 
+def machine_lines(data: dict[str, Any], threads: str) -> list[str]:
+    """The results page's lines on the machine it ran on: CPU, cores, `threads` (what they were
+    for), the load before and after, what other processes kept busy, and the quiet check."""
+    m = data["machine"]
+    return [f"- machine: {m.get('cpu', '')}, {m.get('cores', '')} cores, {threads}; load average "
+            f"{data['load_before']} before, {data['load_after']} after; other processes kept "
+            f"{data['neighbours']['others_busy_cores']} cores busy on average while it ran",
+            f"- quiet check before measuring: {m.get('quiet_check', 'not asked (--max-load)')}"]
+
+
 def machine_when_quiet(threads: int, max_load: float | None, wait_s: float) -> dict[str, Any]:
     """Wait for a quiet machine when `max_load` is given, then describe it (with the quiet check)."""
     quiet = None
