@@ -41,24 +41,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import bisect
 import hashlib
 import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from benchmarks.capacity_truth import Scenario, true_capacity
+from benchmarks.simulated_servers import BatchServer, Queue, Server
 import selector.measure.capacity as capacity_module
 from selector.config import LoadConfig
 from selector.trace import RequestTrace
 from selector.measure.capacity import ProbeAt, search_capacity
-from selector.measure.capacity_axis import Axis, requests_per_step
-from selector.measure.capacity_fit import crossing
+from selector.measure.capacity_axis import requests_per_step
 from selector.measure.capacity_judge import judge, percentile_limits
 from selector.measure.load_driver import LevelOutcome, poisson_arrivals, summarize_level
 from selector.measure.saturation import SaturationWatch, first_saturation
@@ -69,149 +69,6 @@ except ImportError:  # the capacity module from before steady-state probes
     ProbeLength = None  # type: ignore[assignment,misc]
 
 TOKENS = 16  # output tokens a simulated request reports
-WARMUP_SHARE = 0.1  # of a truth run, left out as warm-up
-
-
-# ---- servers ----------------------------------------------------------------------------------
-def lindley_waits(services: np.ndarray, gaps: np.ndarray) -> np.ndarray:
-    """Waiting times in a FIFO single-server queue (Lindley: W_0 = 0, W_n = max(0, W_{n-1} +
-    S_{n-1} - gap_n), gap_n = A_n - A_{n-1}), vectorised: W_n = X_n - min_{k<=n} X_k with X the
-    cumulative sum of S_{n-1} - gap_n and X_0 = 0. gaps[0] is not used."""
-    x = np.zeros(len(services))
-    if len(services) > 1:
-        np.cumsum(services[:-1] - gaps[1:], out=x[1:])
-    return x - np.minimum.accumulate(x)
-
-
-def fifo_ends(sent: np.ndarray, services: np.ndarray) -> np.ndarray:
-    """Finish times of requests sent at `sent` (non-decreasing) to one FIFO server."""
-    if len(sent) == 0:
-        return np.asarray(sent, dtype=float)
-    return sent + lindley_waits(services, np.diff(sent, prepend=sent[0])) + services
-
-
-class Server(Protocol):
-    @property
-    def service_rate(self) -> float: ...
-    @property
-    def single_s(self) -> float: ...
-    def describe(self) -> str: ...
-    def unit_gaps(self, n: int, seed: int) -> np.ndarray: ...
-    def ends(self, sent: np.ndarray, seed: int) -> np.ndarray: ...
-    def closed_loop_ends(self, concurrency: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]: ...
-
-
-def _unit_gaps(n: int, seed: int) -> np.ndarray:
-    """What poisson_arrivals(n, rate, seed) draws, at rate 1: its gaps are these over the rate."""
-    return np.concatenate([[0.0], np.random.default_rng(seed).exponential(1.0, size=n - 1)])
-
-
-@dataclass(frozen=True)
-class Queue:
-    """One server, FIFO, one request at a time; service times with mean service_s: lognormal with
-    coefficient of variation cv (cv 0: a fixed time), or exponential (dist="exponential")."""
-
-    service_s: float = 0.1
-    cv: float = 0.0
-    dist: str = "lognormal"
-
-    @property
-    def service_rate(self) -> float:
-        return 1.0 / self.service_s
-
-    @property
-    def single_s(self) -> float:
-        return self.service_s
-
-    def describe(self) -> str:
-        if self.dist == "exponential":
-            return f"M/M/1, exponential service, mean {self.service_s * 1e3:g} ms"
-        if self.cv == 0:
-            return f"M/D/1, fixed {self.service_s * 1e3:g} ms service"
-        return f"M/G/1, lognormal service, mean {self.service_s * 1e3:g} ms, cv {self.cv:g}"
-
-    def services(self, n: int, seed: int) -> np.ndarray:
-        if self.dist == "exponential":
-            return np.random.default_rng([seed, 7]).exponential(self.service_s, size=n)
-        if self.cv == 0:
-            return np.full(n, self.service_s)
-        sigma = math.sqrt(math.log(1 + self.cv**2))
-        rng = np.random.default_rng([seed, 7])
-        return rng.lognormal(math.log(self.service_s) - sigma**2 / 2, sigma, size=n)
-
-    unit_gaps = staticmethod(_unit_gaps)
-
-    def ends(self, sent: np.ndarray, seed: int) -> np.ndarray:
-        return fifo_ends(sent, self.services(len(sent), seed))
-
-    def open_loop(self, rate: float, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """(send, finish) times of n Poisson arrivals at `rate` (the load driver's own arrivals)."""
-        sent = np.asarray(poisson_arrivals(n, rate, seed))
-        return sent, self.ends(sent, seed)
-
-    def closed_loop_ends(self, concurrency: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """(send, finish) times of n requests, `concurrency` in flight, each finished one replaced at
-        once: the server never idles, so request i finishes at the sum of the first i + 1 services
-        and request i >= c is sent when request i - c finishes."""
-        ends = np.cumsum(self.services(n, seed))
-        c = min(concurrency, n)
-        sent = np.concatenate([np.zeros(c), ends[: n - c]])
-        return sent, ends
-
-    def closed_loop(self, concurrency: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.closed_loop_ends(concurrency, n, seed)
-
-
-@dataclass(frozen=True)
-class BatchServer:
-    """Static batching: when the server is free and a request waits, it starts a batch of
-    everything waiting, up to max_batch; a batch of k takes base_s * (1 + growth * (k - 1)) and
-    all its requests finish together. (A server like vLLM batches continuously; this is the
-    simplest server whose service time grows with the batch.)"""
-
-    base_s: float = 0.1
-    growth: float = 0.25
-    max_batch: int = 8
-    seed_salt: int = 0  # no randomness of its own: service times are set by the batch
-
-    def batch_s(self, k: int) -> float:
-        return self.base_s * (1 + self.growth * (k - 1))
-
-    @property
-    def service_rate(self) -> float:
-        return self.max_batch / self.batch_s(self.max_batch)
-
-    @property
-    def single_s(self) -> float:
-        return self.batch_s(1)
-
-    def describe(self) -> str:
-        return (f"batch server, up to {self.max_batch} a batch of {self.base_s * 1e3:g} ms x (1 + "
-                f"{self.growth:g} (k - 1))")
-
-    unit_gaps = staticmethod(_unit_gaps)
-
-    def ends(self, sent: np.ndarray, seed: int = 0) -> np.ndarray:
-        """Finish times of requests sent at `sent` (non-decreasing): a discrete-event run."""
-        arrivals = np.asarray(sent, dtype=float).tolist()
-        n, b = len(arrivals), self.max_batch
-        took = [0.0] + [self.batch_s(k) for k in range(1, b + 1)]
-        ends = [0.0] * n
-        i, free, right = 0, 0.0, bisect.bisect_right
-        while i < n:
-            start = arrivals[i] if arrivals[i] > free else free
-            j = right(arrivals, start, i + 1, min(i + b, n))  # everything waiting at the start, up to b
-            free = start + took[j - i]
-            ends[i:j] = [free] * (j - i)
-            i = j
-        return np.asarray(ends)
-
-    def open_loop(self, rate: float, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        sent = np.asarray(poisson_arrivals(n, rate, seed))
-        return sent, self.ends(sent)
-
-    def closed_loop_ends(self, concurrency: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        raise NotImplementedError("no closed-loop scenario runs on the batch server")
 
 
 # ---- the probe: what the load driver would send -------------------------------------------------
@@ -310,103 +167,6 @@ def simulated_probe(server: Server, cfg: LoadConfig, on: str, base_seed: int) ->
         return outcome(sent, ends, cfg.slo, False, concurrency=int(level))
 
     return probe
-
-
-# ---- the truth: the steady state, without the search ---------------------------------------------
-def the_limit(slo: dict[str, float]) -> tuple[float, float]:
-    """(percentile, limit in seconds) of the scenario's one e2e limit."""
-    ((metric, q, limit_ms),) = percentile_limits(slo).values()
-    assert metric == "e2e_ms", metric
-    return q, limit_ms / 1e3
-
-
-def steady_percentile(e2e: np.ndarray, q: float) -> float:
-    """The q-th percentile of a long run's sojourn times, its first WARMUP_SHARE left out."""
-    return float(np.percentile(e2e[int(len(e2e) * WARMUP_SHARE):], q, method="inverted_cdf"))
-
-
-def mm1_capacity(service_rate: float, q: float, limit_s: float) -> float:
-    """M/M/1: the sojourn time is exponential with rate mu - lambda; its q-quantile is
-    ln(1 / (1 - q)) / (mu - lambda), at the limit when lambda = mu - ln(1 / (1 - q)) / limit."""
-    return max(0.0, service_rate - math.log(1 / (1 - q / 100)) / limit_s)
-
-
-def steady_rate_p(server: Server, rate: float, q: float, gaps: np.ndarray, seed: int) -> float:
-    sent = np.cumsum(gaps / rate)
-    return steady_percentile(server.ends(sent, seed) - sent, q)
-
-
-def rate_crossing(server: Server, q: float, limit_s: float, requests: int, seed: int, halvings: int = 24) -> float:
-    """One long run's steady-state capacity: the rate where its p95 crosses the limit (bisection
-    between 0 and the service rate, the same random numbers at every rate)."""
-    gaps = server.unit_gaps(requests, seed)
-    low, high = 0.0, server.service_rate
-    if steady_rate_p(server, 1e-6 * high, q, gaps, seed) > limit_s:
-        return 0.0
-    for _ in range(halvings):
-        mid = (low + high) / 2
-        low, high = (mid, high) if steady_rate_p(server, mid, q, gaps, seed) <= limit_s else (low, mid)
-    return (low + high) / 2
-
-
-def concurrency_crossing(server: Server, q: float, limit_s: float, requests: int, seed: int
-                         ) -> tuple[float, list[tuple[int, float]]]:
-    """One long closed-loop run per concurrency: its margins log(p95 / limit) from 1 up to two past
-    the first over the limit, and where the search's `crossing` puts them across 0."""
-    points: list[tuple[int, float]] = []
-    over = 0
-    c = 1
-    while over < 3 and c < 10_000:
-        sent, ends = server.closed_loop_ends(c, requests, seed)
-        m = math.log(steady_percentile(ends - sent, q) / limit_s)
-        points.append((c, m))
-        over += m > 0
-        c += 1
-    axis = Axis("concurrency", 1.0, 1.0, 0.25)
-    return float(crossing([(float(c), m) for c, m in points], axis)), points
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    server: Queue | BatchServer
-    on: str  # rate | concurrency
-    slo: dict[str, float]
-
-    def key(self, requests: int, seeds: int) -> str:
-        """What a truth depends on: a cached truth is taken back only when this matches."""
-        blob = json.dumps({"server": type(self.server).__name__, **asdict(self.server), "on": self.on,
-                           "slo": self.slo, "requests": requests, "seeds": seeds, "warmup": WARMUP_SHARE},
-                          sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def true_capacity(scenario: Scenario, requests: int = 1_000_000, seeds: int = 2, first_seed: int = 10**6
-                  ) -> dict[str, Any]:
-    """The scenario's steady-state capacity (rate in req/s, or concurrency), and how it was found."""
-    server, q = scenario.server, the_limit(scenario.slo)[0]
-    limit_s = the_limit(scenario.slo)[1]
-    t0 = time.monotonic()
-    out: dict[str, Any] = {"key": scenario.key(requests, seeds), "requests": requests, "seeds": seeds,
-                           "service_rate": server.service_rate}
-    if scenario.on == "concurrency":
-        found = [concurrency_crossing(server, q, limit_s, requests, first_seed + i) for i in range(seeds)]
-        runs = [c for c, _ in found]
-        out["margins"] = [[round(m, 4) for _, m in points] for _, points in found]
-        out["method"] = f"closed loop, {requests} requests a concurrency, the search's crossing"
-    else:
-        runs = [rate_crossing(server, q, limit_s, requests, first_seed + i) for i in range(seeds)]
-        out["method"] = f"bisection over the rate, {requests} requests a rate, first {WARMUP_SHARE:.0%} left out"
-    out["runs"] = runs
-    out["capacity"] = float(np.mean(runs))
-    out["se"] = float(np.std(runs, ddof=1) / math.sqrt(len(runs))) if len(runs) > 1 else None
-    if isinstance(server, Queue) and server.dist == "exponential" and scenario.on == "rate":
-        out["simulated"] = out["capacity"]
-        out["capacity"] = mm1_capacity(server.service_rate, q, limit_s)
-        out["method"] = "analytic: mu - ln(1 / (1 - q)) / limit (simulated alongside)"
-        out["se"] = 0.0
-    out["seconds"] = round(time.monotonic() - t0, 1)
-    return out
 
 
 # ---- coverage -------------------------------------------------------------------------------

@@ -9,18 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.capacity_coverage import (
-    FIXED,
-    BatchServer,
-    ProbePlan,
-    Queue,
-    closed_loop_probe,
-    fifo_ends,
-    lindley_waits,
-    mm1_capacity,
-    rate_crossing,
-    steady_percentile,
-)
+from benchmarks.capacity_coverage import FIXED, ProbePlan, closed_loop_probe
+from benchmarks.capacity_truth import mm1_capacity, rate_crossing, steady_percentile
+from benchmarks.simulated_servers import BatchServer, Queue, fifo_ends, lindley_waits
 
 
 def lindley_loop(services: np.ndarray, gaps: np.ndarray) -> list[float]:

@@ -342,7 +342,7 @@ def test_the_interval_covers_a_simulated_queues_known_capacity(scenario: str) ->
 
 # ---- over-saturation ---------------------------------------------------------------------------
 def test_the_saturation_rule_fires_above_a_queues_service_rate_and_not_well_below() -> None:
-    from benchmarks.capacity_coverage import Queue
+    from benchmarks.simulated_servers import Queue
 
     queue = Queue(service_s=0.1)  # 10 req/s
     fired = {}
